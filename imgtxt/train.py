@@ -1,0 +1,248 @@
+"""Training the joint space (FNE paper section 4.3.1): Adam, batch 128, gradient clipping 2, every
+other pair in the batch as contrastive example, the best epoch by validation rsum kept.
+
+Curriculum (PH, POE): phase 1 with the sum loss until validation stops improving, then phase 2
+continues from phase 1's best model with the max loss. Resumable: `state.pt` in the run folder is
+rewritten atomically after every epoch; rerunning the same command continues from it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import sys
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .fne import FeatureStats
+from .losses import hinge_loss
+from .metrics import evaluate_scores
+from .model import JointConfig, JointModel, pad_batch
+from .modelfile import save_model
+from .vocab import Vocabulary
+
+
+@dataclass
+class Phase:
+    loss: str           # "sum" or "max"
+    lr: float
+
+
+@dataclass
+class TrainConfig:
+    phases: list[Phase]
+    similarity: str = "cosine"
+    margin: float = 0.2
+    word_dim: int = 1024
+    embed_dim: int = 1024
+    use_abs: bool = False
+    image_dropout: float = 0.0
+    weight_decay: float = 0.0       # L2 penalty on the image projection only
+    batch_size: int = 128
+    grad_clip: float = 2.0
+    max_epochs: int = 200           # per phase
+    patience: int = 10              # epochs without a better val rsum before a phase ends
+    captions_per_image: str = "one" # "one": one random caption per image per epoch (paper); "all": five
+    lr_decay_epochs: int = 0        # divide lr by 10 after this many epochs of a phase (0 = never)
+    seed: int = 0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TrainConfig":
+        d = dict(d)
+        d["phases"] = [Phase(**p) for p in d["phases"]]
+        return cls(**d)
+
+
+# FNE paper Table 1, Flickr8k column. Sizes are the paper's; on a CPU they are slow, so the CLI
+# lets --embed-dim/--word-dim override them (and README says which were used for each number).
+PRESETS: dict[str, TrainConfig] = {
+    "SH": TrainConfig([Phase("sum", 2e-4)], "cosine", 0.2, word_dim=1024, embed_dim=1536),
+    "MH": TrainConfig([Phase("max", 2e-4)], "cosine", 0.2, word_dim=1024, embed_dim=1024),
+    "SOE": TrainConfig([Phase("sum", 1e-3)], "order", 0.05, word_dim=1024, embed_dim=1024, use_abs=True),
+    "MOE": TrainConfig([Phase("max", 1e-3)], "order", 0.05, word_dim=1536, embed_dim=1536, use_abs=True),
+    "PH": TrainConfig([Phase("sum", 2e-4), Phase("max", 2e-4)], "cosine", 0.2, word_dim=1024, embed_dim=1536),
+    "POE": TrainConfig([Phase("sum", 1e-3), Phase("max", 1e-4)], "order", 0.05, word_dim=1024, embed_dim=1024,
+                       use_abs=True),
+}
+
+
+def preset(name: str, **overrides) -> TrainConfig:
+    name = name.upper()
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; known: {', '.join(PRESETS)}")
+    return replace(PRESETS[name], **{k: v for k, v in overrides.items() if v is not None})
+
+
+@dataclass
+class TrainData:
+    """Everything training needs, already featurised: features row i has captions 5i..5i+4."""
+
+    train_features: np.ndarray      # (N, D) int8 FNE or float32 baseline
+    train_tokens: list[list[int]]   # 5N token id lists
+    val_features: np.ndarray
+    val_tokens: list[list[int]]
+    vocab: Vocabulary
+    train_captions: list[str]       # raw text, shipped as the caption bank
+    feature_config: dict            # model.json "features" section
+    stats: FeatureStats | None = None
+    extra: dict = field(default_factory=dict)
+
+
+def _log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _fmt_time(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+@torch.no_grad()
+def encode_split(model: JointModel, features: np.ndarray, tokens: list[list[int]], batch: int = 1000):
+    model.eval()
+    images = torch.cat([model.image(torch.from_numpy(np.asarray(features[s:s + batch])))
+                        for s in range(0, len(features), batch)])
+    captions = torch.cat([model.text(*pad_batch(tokens[s:s + batch])) for s in range(0, len(tokens), batch)])
+    return images, captions
+
+
+@torch.no_grad()
+def validate(model: JointModel, features: np.ndarray, tokens: list[list[int]]) -> dict:
+    images, captions = encode_split(model, features, tokens)
+    scores = torch.cat([model.similarity(images[s:s + 100], captions) for s in range(0, len(images), 100)])
+    return evaluate_scores(scores.numpy())
+
+
+def _atomic_torch_save(obj, path: Path) -> None:
+    tmp = path.with_suffix(".tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def _save_best(model: JointModel, data: TrainData, cfg: TrainConfig, folder: Path, record: dict) -> None:
+    tmp = folder.with_name(folder.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    weights = {k: v.detach().cpu().numpy() for k, v in model.export_tensors().items()}
+    config = {"joint": model.config.to_dict(), "features": data.feature_config,
+              "training": {**cfg.to_dict(), **data.extra}, "metrics": record}
+    save_model(tmp, weights, data.vocab, config, data.stats, data.train_captions)
+    shutil.rmtree(folder, ignore_errors=True)
+    os.replace(tmp, folder)
+
+
+def train(run_dir: Path | str, data: TrainData, cfg: TrainConfig) -> dict:
+    """Train into run_dir; the best model by val rsum is run_dir/best. Returns its record."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    state_path, best_dir, log_path = run_dir / "state.pt", run_dir / "best", run_dir / "log.jsonl"
+
+    joint = JointConfig(vocab_size=len(data.vocab), image_dim=data.train_features.shape[1], word_dim=cfg.word_dim,
+                        embed_dim=cfg.embed_dim, similarity=cfg.similarity, use_abs=cfg.use_abs,
+                        image_dropout=cfg.image_dropout)
+    torch.manual_seed(cfg.seed)
+    model = JointModel(joint)
+    rng = np.random.default_rng(cfg.seed)
+
+    def make_optimizer(lr: float):
+        return torch.optim.Adam([
+            {"params": model.text.parameters(), "weight_decay": 0.0},
+            {"params": model.image.parameters(), "weight_decay": cfg.weight_decay},
+        ], lr=lr)
+
+    phase_idx, epoch, best, bad_epochs = 0, 0, {"rsum": -1.0}, 0
+    optimizer = make_optimizer(cfg.phases[0].lr)
+    if state_path.is_file():
+        state = torch.load(state_path, weights_only=False)
+        if state["config"] != cfg.to_dict() or state["joint"] != joint.to_dict():
+            raise SystemExit(f"{run_dir} holds a run with other settings; use a new --run-dir or delete it")
+        model.load_state_dict(state["model"])
+        phase_idx, epoch, best, bad_epochs = state["phase"], state["epoch"], state["best"], state["bad_epochs"]
+        optimizer = make_optimizer(cfg.phases[phase_idx].lr)
+        optimizer.load_state_dict(state["optimizer"])
+        rng.bit_generator.state = state["rng"]
+        torch.set_rng_state(state["torch_rng"])
+        _log(f"resuming {run_dir}: phase {phase_idx + 1}, after epoch {epoch}, best val rsum {best['rsum']:.1f}")
+    elif best_dir.exists():
+        shutil.rmtree(best_dir)
+
+    n_images = len(data.train_features)
+    per_image = len(data.train_tokens) // n_images
+    started, epochs_run = time.time(), 0
+    while phase_idx < len(cfg.phases):
+        phase = cfg.phases[phase_idx]
+        if epoch >= cfg.max_epochs or bad_epochs >= cfg.patience:
+            # Phase over: the next one starts from this phase's best model (curriculum).
+            phase_idx, epoch, bad_epochs = phase_idx + 1, 0, 0
+            if phase_idx < len(cfg.phases):
+                from safetensors.numpy import load_file
+
+                tensors = load_file(str(best_dir / "model.safetensors"))
+                model.import_tensors({k: torch.from_numpy(v.astype(np.float32)) for k, v in tensors.items()})
+                optimizer = make_optimizer(cfg.phases[phase_idx].lr)
+                _log(f"phase {phase_idx + 1}: {cfg.phases[phase_idx].loss} loss from the best phase-{phase_idx} model")
+            continue
+
+        lr = phase.lr / 10 if cfg.lr_decay_epochs and epoch >= cfg.lr_decay_epochs else phase.lr
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        t0 = time.time()
+        model.train()
+        if cfg.captions_per_image == "one":
+            images = rng.permutation(n_images)
+            pairs = np.stack([images, images * per_image + rng.integers(0, per_image, n_images)], 1)
+        else:
+            caps = rng.permutation(n_images * per_image)
+            pairs = np.stack([caps // per_image, caps], 1)
+        total_loss = 0.0
+        for s in range(0, len(pairs), cfg.batch_size):
+            batch = pairs[s:s + cfg.batch_size]
+            if len(batch) < 2:
+                continue
+            feats = torch.from_numpy(np.asarray(data.train_features[batch[:, 0]]))
+            tokens, lengths = pad_batch([data.train_tokens[j] for j in batch[:, 1]])
+            scores = model.similarity(model.image(feats), model.text(tokens, lengths))
+            loss = hinge_loss(scores, cfg.margin, phase.loss)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            optimizer.step()
+            total_loss += loss.item()
+        train_seconds = time.time() - t0
+        epoch += 1
+        epochs_run += 1
+        result = validate(model, data.val_features, data.val_tokens)
+        record = {"phase": phase_idx + 1, "loss_kind": phase.loss, "epoch": epoch, "train_loss": total_loss,
+                  "train_seconds": round(train_seconds, 2), "lr": lr, "val": result, "rsum": result["rsum"]}
+        if result["rsum"] > best["rsum"]:
+            best, bad_epochs = record, 0
+            _save_best(model, data, cfg, best_dir, record)
+        else:
+            bad_epochs += 1
+        with open(log_path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+        _atomic_torch_save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "phase": phase_idx,
+                            "epoch": epoch, "best": best, "bad_epochs": bad_epochs, "config": cfg.to_dict(),
+                            "joint": joint.to_dict(), "rng": rng.bit_generator.state,
+                            "torch_rng": torch.get_rng_state()}, state_path)
+        per_epoch = (time.time() - started) / epochs_run
+        left = sum(cfg.max_epochs for _ in cfg.phases[phase_idx + 1:]) + cfg.max_epochs - epoch
+        _log(f"phase {phase_idx + 1}/{len(cfg.phases)} ({phase.loss}) epoch {epoch:3d}  loss {total_loss:9.2f}  "
+             f"val rsum {result['rsum']:6.1f} (best {best['rsum']:.1f} @ phase {best['phase']} epoch {best['epoch']})  "
+             f"{per_epoch:.0f}s/epoch  ETA <= {_fmt_time(left * per_epoch)} (early stop: {cfg.patience - bad_epochs} "
+             f"epochs of patience left)")
+    _log(f"done: best val rsum {best['rsum']:.1f} (phase {best['phase']} epoch {best['epoch']}) -> {best_dir}")
+    return best
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
