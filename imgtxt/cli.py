@@ -197,6 +197,172 @@ def backbone_download(name: str = typer.Argument(..., help="vgg16, resnet50 or r
     typer.echo(str(path))
 
 
+# ============================================================================ photo library (issue 3)
+# index / search / caption / similar / status. Imports stay inside the commands: search, status and
+# similar/caption of an indexed photo never import torch (tests/test_index_cli.py checks it).
+
+IndexOpt = typer.Option(None, "--index", envvar="IMGTXT_INDEX_DIR",
+                        help="Index folder (default: $XDG_DATA_HOME/imgtxt). Env: IMGTXT_INDEX_DIR.")
+QueryModelOpt = typer.Option(None, "--model", help="Model folder (default: the one the index was built with).")
+JsonOpt = typer.Option(False, "--json", help="One JSON object per line on stdout.")
+
+
+def _library_errors():
+    from .images import ImageError
+    from .modelfile import ModelError
+    from .query import QueryError
+    from .store import StoreError
+
+    return (StoreError, QueryError, ImageError, ModelError)
+
+
+def _open_index(index_dir: Optional[Path], required: bool = True):
+    from .query import Index
+    from .store import StoreError, resolve_index_dir
+
+    try:
+        return Index(resolve_index_dir(index_dir))
+    except StoreError as e:
+        if required:
+            fail(str(e))
+        return None
+
+
+def _query_model(model: Optional[Path], index):
+    """--model, else the model the index was built with, else the shipped default."""
+    return load_model(model or (index.model_folder() if index is not None else None))
+
+
+def _embed_photo(model):
+    def embed(path: str):
+        from .images import load_square
+        from .indexer import embedder_for
+
+        embedder = embedder_for(model)
+        return embedder.embed(load_square(path, embedder.resize_size)[None])[0]
+    return embed
+
+
+@app.command("index")
+def index_photos(
+    paths: list[Path] = typer.Argument(..., help="Folders (or single photos) to index, recursively."),
+    exclude: list[str] = typer.Option([], "--exclude", help="Skip files or folders matching this glob (repeatable)."),
+    index_dir: Optional[Path] = IndexOpt,
+    model: Optional[Path] = ModelOpt,
+    batch_size: int = typer.Option(32, help="Photos per CNN batch and per database commit."),
+    workers: int = typer.Option(2, help="Decoding threads."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as one JSON object on stdout."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar and no per-file messages."),
+):
+    """Index photo folders incrementally: new and changed photos are embedded, moved ones recognised."""
+    from .indexer import run_index
+    from .store import resolve_index_dir
+
+    trained = load_model(model)
+    log = (lambda message: None) if quiet else (lambda message: typer.echo(message, err=True))
+    try:
+        summary = run_index(resolve_index_dir(index_dir), [str(p) for p in paths], trained, exclude,
+                            batch_size=batch_size, workers=workers, progress=not quiet and sys.stderr.isatty(),
+                            log=log)
+    except _library_errors() as e:
+        fail(str(e))
+    if as_json:
+        out = summary.as_dict()
+        out["skipped_files"] = [{"path": p, "reason": r} for p, r in sorted(summary.skipped.items())]
+        sys.stdout.write(json.dumps(out, ensure_ascii=False) + "\n")
+    else:
+        typer.echo(summary.line())
+
+
+@app.command()
+def search(
+    text: str = typer.Argument(..., help='What the photo shows, e.g. "a dog running on the beach".'),
+    n: int = typer.Option(10, "-n", help="Number of photos."),
+    min_score: Optional[float] = typer.Option(None, "--min-score", help="Leave out photos scoring below this."),
+    index_dir: Optional[Path] = IndexOpt,
+    model: Optional[Path] = QueryModelOpt,
+    as_json: bool = JsonOpt,
+):
+    """Find photos by sentence."""
+    from .output import print_hits
+    from .query import search as run_search
+
+    index = _open_index(index_dir)
+    trained = _query_model(model, index)
+    try:
+        hits = run_search(index, trained, text, n, min_score)
+    except _library_errors() as e:
+        fail(str(e))
+    print_hits(hits, "path", as_json)
+
+
+@app.command()
+def caption(
+    photo: Path = typer.Argument(..., help="A photo (need not be indexed)."),
+    n: int = typer.Option(5, "-n", help="Number of captions."),
+    captions: Optional[Path] = typer.Option(None, "--captions", help="Caption candidates, one per line "
+                                            "(default: the model's training captions)."),
+    index_dir: Optional[Path] = IndexOpt,
+    model: Optional[Path] = QueryModelOpt,
+    as_json: bool = JsonOpt,
+):
+    """The captions that best describe a photo."""
+    from .output import print_hits
+    from .query import caption as run_caption
+    from .query import check_photo, photo_vector, read_captions
+
+    index = _open_index(index_dir, required=False)
+    trained = _query_model(model, index)
+    try:
+        path = check_photo(str(photo))
+        bank = read_captions(captions) if captions else None
+        hits = run_caption(trained, photo_vector(path, trained, index, _embed_photo(trained)), n, bank)
+    except _library_errors() as e:
+        fail(str(e))
+    print_hits(hits, "caption", as_json)
+
+
+@app.command()
+def similar(
+    photo: Path = typer.Argument(..., help="A photo (indexed or not)."),
+    n: int = typer.Option(10, "-n", help="Number of photos."),
+    index_dir: Optional[Path] = IndexOpt,
+    model: Optional[Path] = QueryModelOpt,
+    as_json: bool = JsonOpt,
+):
+    """Indexed photos that look most like a photo."""
+    from .output import print_hits
+    from .query import check_photo, photo_vector
+    from .query import similar as run_similar
+
+    index = _open_index(index_dir)
+    trained = _query_model(model, index)
+    try:
+        path = check_photo(str(photo))
+        vector = photo_vector(path, trained, index, _embed_photo(trained))
+        hits = run_similar(index, trained, vector, n, exclude=path)
+    except _library_errors() as e:
+        fail(str(e))
+    print_hits(hits, "path", as_json)
+
+
+@app.command()
+def status(
+    index_dir: Optional[Path] = IndexOpt,
+    as_json: bool = JsonOpt,
+    skipped: bool = typer.Option(False, "--skipped", help="Also list the skipped files and why."),
+):
+    """What is indexed: photos, skipped files, model, where the index lives, last run."""
+    from .output import print_status
+
+    index = _open_index(index_dir)
+    print_status(index.status(), as_json)
+    if skipped:
+        for path, reason in index.skipped():
+            sys.stdout.write(json.dumps({"path": path, "reason": reason}, ensure_ascii=False) + "\n" if as_json
+                             else f"{path}\t{reason}\n")
+
+
 def main() -> None:  # pragma: no cover - console entry point
     app()
 

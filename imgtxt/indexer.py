@@ -1,0 +1,327 @@
+"""One incremental `imgtxt index` run: scan, compare with the database, embed what is new, rebuild Annoy.
+
+- unchanged (same size and mtime, same model): not opened at all;
+- new or changed: hashed; a hash already in the index (a moved, renamed or copied photo) reuses the stored
+  vector, otherwise the photo is decoded (in worker threads, ahead of the CNN) and embedded in batches;
+- gone from disk: removed. A photo whose old path is gone and whose content reappears elsewhere is a move.
+Every batch is one SQLite transaction, so `kill -9` loses at most the batch in flight; the rerun sees the
+committed photos as unchanged. Annoy is rebuilt from SQLite only at the end of a complete run.
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import sys
+from collections import Counter, deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from . import vector_index
+from .images import ImageError, load_rgb
+from .scan import Found, Problem, scan
+from .store import Store, StoreError, is_under, now_iso, path_key, real_path
+
+
+@dataclass
+class Summary:
+    added: int = 0
+    updated: int = 0
+    moved: int = 0
+    removed: int = 0
+    unchanged: int = 0
+    skipped: dict[str, str] = field(default_factory=dict)       # path key -> reason (all bad files under the roots)
+    new_skips: list[tuple[str, str]] = field(default_factory=list)  # reported during this run
+    embedded: int = 0                                              # photos that went through the CNN
+    indexed: int = 0                                               # photos searchable after the run
+    model_note: str = ""
+
+    def reason_counts(self) -> Counter:
+        return Counter(reason.split(" (")[0] for reason in self.skipped.values())
+
+    def as_dict(self) -> dict:
+        return {"added": self.added, "updated": self.updated, "moved": self.moved, "removed": self.removed,
+                "unchanged": self.unchanged, "skipped": len(self.skipped), "embedded": self.embedded,
+                "indexed": self.indexed, "skipped_reasons": dict(self.reason_counts())}
+
+    def line(self) -> str:
+        text = (f"{self.added} added, {self.updated} updated, {self.moved} moved, {self.removed} removed, "
+                f"{self.unchanged} unchanged, {len(self.skipped)} skipped")
+        if self.skipped:
+            text += " (" + ", ".join(f"{n} {r}" for r, n in self.reason_counts().most_common()) + ")"
+        return text + f"; {self.indexed} photos searchable"
+
+
+class NoPhotos(StoreError):
+    pass
+
+
+# --------------------------------------------------------------------------------- helpers
+
+def file_hash(path: str) -> str:
+    """blake2b of the whole file: any edit changes it, and it is faster than sha256 without SHA CPU extensions."""
+    digest = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+@dataclass
+class Work:
+    path: str
+    size: int
+    mtime_ns: int
+    existing: dict | None           # the photos row at this path, if any
+    hash: str | None = None
+    error: str | None = None
+
+
+def hash_work(work: Work) -> Work:
+    try:
+        work.hash = file_hash(work.path)
+    except OSError as e:
+        work.error = "permission denied" if isinstance(e, PermissionError) else f"unreadable ({e.strerror or e})"
+    return work
+
+
+def decode(work: Work, size: int):
+    """(square (size, size, 3) uint8, width, height) or an ImageError. Runs in a worker thread."""
+    from PIL import Image
+
+    try:
+        image = load_rgb(work.path, min_side=size)
+        with Image.open(work.path) as header:   # the true size: draft mode decoded a reduced one
+            width, height = header.size
+        if (image.width < image.height) != (width < height) and image.width != image.height:
+            width, height = height, width       # EXIF rotation
+        return np.asarray(image.resize((size, size), Image.BILINEAR), dtype=np.uint8), width, height
+    except ImageError as e:
+        return e
+    except OSError as e:
+        return ImageError(f"unreadable ({e})")
+
+
+def in_order(function, items, workers: int, prefetch: int):
+    """function(item) for each item, computed by a thread pool ahead of use, yielded in input order.
+
+    Pillow and hashlib release the GIL, so decoding overlaps the CNN's batches."""
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        pending: deque = deque()
+        for item in items:
+            pending.append((item, pool.submit(function, item)))
+            if len(pending) >= prefetch:
+                item, future = pending.popleft()
+                yield item, future.result()
+        while pending:
+            item, future = pending.popleft()
+            yield item, future.result()
+
+
+class IndexLock:
+    """One index run at a time per index folder; the lock dies with the process (kill -9 included)."""
+
+    def __init__(self, index_dir: Path):
+        self.path = Path(index_dir) / "index.lock"
+
+    def __enter__(self):
+        self.file = open(self.path, "w")
+        try:
+            fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self.file.close()
+            raise StoreError(f"another `imgtxt index` is running on {self.path.parent}; wait for it to finish") from None
+        return self
+
+    def __exit__(self, *exc):
+        fcntl.flock(self.file, fcntl.LOCK_UN)
+        self.file.close()
+
+
+_EMBEDDERS: dict[str, object] = {}
+
+
+def embedder_for(model):
+    """One ImageEmbedder per model per process (loading the CNN takes seconds)."""
+    if model.model_id not in _EMBEDDERS:
+        from .pipeline import ImageEmbedder
+
+        _EMBEDDERS[model.model_id] = ImageEmbedder(model)
+    return _EMBEDDERS[model.model_id]
+
+
+# --------------------------------------------------------------------------------- the run
+
+def run_index(index_dir: Path, roots: list[str], model, excludes=(), batch_size: int = 32, workers: int = 2,
+              progress: bool = False, log=lambda message: print(message, file=sys.stderr)) -> Summary:
+    roots = [os.path.abspath(r) for r in roots]
+    for root in roots:
+        if not os.path.exists(root):
+            raise StoreError(f"no such folder: {root}")
+    store = Store(index_dir)
+    try:
+        with IndexLock(store.index_dir):
+            return _run(store, roots, model, list(excludes), batch_size, workers, progress, log)
+    finally:
+        store.close()
+
+
+def _run(store: Store, roots, model, excludes, batch_size, workers, progress, log) -> Summary:
+    summary = Summary()
+    model_id = model.model_id
+    root_keys = [path_key(r) for r in roots]
+
+    # 1. What is on disk now.
+    found: dict[str, Found] = {}
+    problems: list[Problem] = []
+    for entry in scan(roots, excludes):
+        if isinstance(entry, Found):
+            found[path_key(entry.path)] = entry
+        else:
+            problems.append(entry)
+    rows = store.photo_rows()
+    skipped = store.skipped_rows()
+    if not found and not problems and not any(is_under(k, root_keys) for k in rows):
+        from .scan import photo_suffixes
+
+        raise NoPhotos(f"no photos under {', '.join(roots)} (looked for {', '.join(sorted(photo_suffixes()))})")
+    others = store.other_model_ids(model_id)
+    if others:
+        summary.model_note = (f"the index holds {sum(others.values())} vectors of another model "
+                              f"({', '.join(others)}); re-embedding them with {model_id}")
+        log(f"imgtxt: {summary.model_note}")
+
+    # 2. Compare with the database without opening any file.
+    work: list[Work] = []
+    for key, entry in found.items():
+        row = rows.get(key)
+        if row is not None and (row["size"], row["mtime_ns"], row["model_id"]) == (entry.size, entry.mtime_ns, model_id):
+            summary.unchanged += 1
+            continue
+        old_skip = skipped.get(key)
+        if row is None and old_skip and (old_skip["size"], old_skip["mtime_ns"]) == (entry.size, entry.mtime_ns):
+            summary.skipped[key] = old_skip["reason"]  # known bad and unchanged: not retried
+            continue
+        work.append(Work(entry.path, entry.size, entry.mtime_ns, row))
+    for key, row in rows.items():  # another model's vectors outside these folders: re-embed if the file exists
+        if key not in found and row["model_id"] != model_id and not is_under(key, root_keys):
+            try:
+                st = os.stat(real_path(key, row["path_bytes"]))
+                work.append(Work(real_path(key, row["path_bytes"]), st.st_size, st.st_mtime_ns, row))
+            except OSError:
+                pass  # gone: removed below
+    work_keys = {path_key(w.path) for w in work}
+    vanished = {k for k, row in rows.items() if k not in found and k not in work_keys
+                and (is_under(k, root_keys) or not os.path.lexists(real_path(k, row["path_bytes"])))}
+
+    # 3. Hash what changed; content the index already has keeps its vector (moves, renames, copies, touches).
+    known_hashes = store.hashes_with_vectors(model_id)
+    to_embed: list[Work] = []
+    writes: list = []
+
+    def commit_writes():
+        with store.db.atomic():
+            for write in writes:
+                write()
+        writes.clear()
+
+    def count_added_or_updated(w: Work):
+        if w.existing is None:
+            summary.added += 1
+        else:
+            summary.updated += 1
+
+    def skip(w: Work, reason: str):
+        key = path_key(w.path)
+        summary.skipped[key] = reason
+        summary.new_skips.append((key, reason))
+        log(f"imgtxt: skipped {key}: {reason}")
+        if w.existing is not None:
+            summary.removed += 1
+        writes.append(lambda: store.put_skipped(w.path, reason, w.size, w.mtime_ns))
+
+    for w, _ in in_order(hash_work, work, workers, 64):
+        if w.error:
+            skip(w, w.error)
+        elif w.hash not in known_hashes:
+            to_embed.append(w)
+        elif w.existing is not None and w.existing["hash"] == w.hash and w.existing["model_id"] == model_id:
+            summary.unchanged += 1  # touched, same bytes: just note the new mtime
+            writes.append(lambda w=w: store.move_photo(w.existing["id"], w.path, w.size, w.mtime_ns))
+        else:
+            donors = store.rows_with_hash(w.hash, model_id)
+            moved_from = next((d for d in donors if d["path"] in vanished), None)
+            if moved_from is not None:
+                vanished.discard(moved_from["path"])
+                summary.moved += 1
+                writes.append(lambda w=w, d=moved_from: store.move_photo(d["id"], w.path, w.size, w.mtime_ns))
+            elif donors:
+                d = donors[0]
+                count_added_or_updated(w)
+                writes.append(lambda w=w, d=d: store.put_photo(w.path, w.size, w.mtime_ns, w.hash, d["width"],
+                                                               d["height"], d["embedding"], model_id))
+            else:
+                to_embed.append(w)
+        if len(writes) >= 256:
+            commit_writes()
+    commit_writes()
+
+    # 4. Decode in worker threads while the CNN embeds batches; one transaction per batch.
+    if to_embed:
+        embedder = embedder_for(model)
+        bar = None
+        if progress:
+            from tqdm import tqdm
+
+            bar = tqdm(total=len(to_embed), unit="photo", file=sys.stderr, dynamic_ncols=True, smoothing=0.1)
+        batch: list[tuple[Work, tuple]] = []
+
+        def embed_batch():
+            if batch:
+                vectors = embedder.embed(np.stack([square for _, (square, _, _) in batch])).astype(np.float32)
+                for (w, (_, width, height)), vector in zip(batch, vectors):
+                    count_added_or_updated(w)
+                    writes.append(lambda w=w, wd=width, ht=height, v=vector.tobytes(): store.put_photo(
+                        w.path, w.size, w.mtime_ns, w.hash, wd, ht, v, model_id))
+                summary.embedded += len(batch)
+            done = len(writes)
+            commit_writes()
+            if bar is not None:
+                bar.update(done)
+            batch.clear()
+
+        size = embedder.resize_size
+        for w, result in in_order(lambda w: decode(w, size), to_embed, workers, 4 * batch_size):
+            if isinstance(result, ImageError):
+                skip(w, str(result))
+            else:
+                batch.append((w, result))
+            if len(batch) >= batch_size:
+                embed_batch()
+        embed_batch()
+        if bar is not None:
+            bar.close()
+
+    # 5. Removals and folder-level problems (unreadable folders, link loops: re-checked every run).
+    with store.db.atomic():
+        store.remove_photos(sorted(vanished))
+        summary.removed += len(vanished)
+        store.remove_skipped([k for k in skipped if k not in found and is_under(k, root_keys)])
+        for problem in problems:
+            key = path_key(problem.path)
+            summary.skipped[key] = problem.reason
+            if skipped.get(key, {}).get("reason") != problem.reason:
+                summary.new_skips.append((key, problem.reason))
+                log(f"imgtxt: skipped {key}: {problem.reason}")
+            store.put_skipped(problem.path, problem.reason)
+
+    # 6. Rebuild the Annoy index from SQLite and swap it in.
+    dim = model.config["joint"]["embed_dim"]
+    summary.indexed = vector_index.build(store.index_dir, model_id, dim, model.similarity_kind,
+                                         store.iter_vectors(model_id))
+    store.set_meta(model_id=model_id, model_folder=str(Path(model.folder).resolve()),
+                   similarity=model.similarity_kind, embed_dim=dim, last_run=now_iso(), photos=summary.indexed)
+    return summary

@@ -1,0 +1,210 @@
+"""Answering queries against an index: text -> photos, photo -> captions, photo -> photos, status.
+
+Nothing here imports torch: text is encoded by the model's numpy GRU, indexed photos use their stored
+vectors, and Annoy is memory-mapped. Only a photo that is not in the index needs the CNN, and the
+caller passes a `embed_photo` function for that case.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from . import vector_index
+from .store import StoreError, open_readonly, path_key, read_meta
+
+
+class QueryError(Exception):
+    """A query that cannot be answered: empty, no known words, a missing photo."""
+
+
+@dataclass
+class Hit:
+    rank: int
+    score: float
+    value: str      # a path, or a caption
+
+
+class Index:
+    """A read-only view of an index folder: the SQLite rows and the Annoy file of its model."""
+
+    def __init__(self, index_dir: Path):
+        self.dir = Path(index_dir)
+        self.conn = open_readonly(self.dir)
+        try:
+            self.meta = read_meta(self.conn)
+        except sqlite3.OperationalError as e:
+            raise StoreError(f"{self.dir}: not an imgtxt index ({e})") from None
+
+    @property
+    def model_id(self) -> str | None:
+        return self.meta.get("model_id")
+
+    def model_folder(self) -> Path | None:
+        folder = self.meta.get("model_folder")
+        return Path(folder) if folder and Path(folder).is_dir() else None
+
+    def count(self, table: str, model_id: str | None = None) -> int:
+        if model_id:
+            return self.conn.execute(f"SELECT count(*) FROM {table} WHERE model_id = ?", [model_id]).fetchone()[0]
+        return self.conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+
+    def vectors(self, model) -> vector_index.VectorIndex:
+        if self.model_id is None:
+            raise StoreError(f"the index at {self.dir} is empty: run `imgtxt index FOLDER` first")
+        if self.model_id != model.model_id:
+            raise StoreError(f"the index at {self.dir} was built with model {self.model_id}, not {model.model_id}: "
+                             f"run `imgtxt index` with this model to re-embed, or pass the index's --model")
+        path = vector_index.index_path(self.dir, model.model_id)
+        if not path.is_file():
+            raise StoreError(f"the index at {self.dir} is empty: run `imgtxt index FOLDER` with some photos")
+        return vector_index.VectorIndex(path, model.config["joint"]["embed_dim"], model.similarity_kind)
+
+    def paths(self, ids: list[int]) -> dict[int, str]:
+        marks = ",".join("?" * len(ids))
+        return dict(self.conn.execute(f"SELECT id, path FROM photos WHERE id IN ({marks})", ids).fetchall()) if ids else {}
+
+    def stored_vector(self, path: str, model_id: str) -> np.ndarray | None:
+        """The indexed vector of a photo, if the file is unchanged since it was embedded by this model."""
+        row = self.conn.execute("SELECT size, mtime_ns, embedding, model_id FROM photos WHERE path = ?",
+                                [path_key(path)]).fetchone()
+        if row is None or row[3] != model_id:
+            return None
+        st = os.stat(path)
+        if (st.st_size, st.st_mtime_ns) != (row[0], row[1]):
+            return None
+        return np.frombuffer(row[2], dtype=np.float32)
+
+    def skipped(self) -> list[tuple[str, str]]:
+        return self.conn.execute("SELECT path, reason FROM skipped ORDER BY path").fetchall()
+
+    def status(self) -> dict:
+        model_id = self.model_id
+        return {"photos": self.count("photos", model_id) if model_id else 0, "skipped": self.count("skipped"),
+                "model": model_id, "index_dir": str(self.dir.resolve()),
+                "db": str((self.dir / "index.db").resolve()), "last_run": self.meta.get("last_run")}
+
+
+# ------------------------------------------------------------------------------------- text -> photos
+
+def check_query(model, text: str) -> None:
+    from .vocab import tokenize
+
+    if not text.strip() or not tokenize(text):
+        raise QueryError("empty query: describe the photo, e.g. imgtxt search \"a dog running on a beach\"")
+    if model.vocab.known_fraction(text) == 0.0:
+        raise QueryError(f"none of the words in {text!r} are known to the model; try other words")
+
+
+def rank(index: Index, model, vectors: vector_index.VectorIndex, query: np.ndarray, n: int, score_fn,
+         min_score: float | None = None, exclude: str | None = None) -> list[Hit]:
+    ids, candidates = vectors.candidates(query, n + (1 if exclude else 0))
+    if not ids:
+        return []
+    scores = score_fn(candidates)
+    # An index run may have removed or moved a photo since Annoy was built: ids map to current paths.
+    paths = index.paths(ids)
+    order = np.argsort(-scores, kind="stable")
+    hits = []
+    for i in order:
+        path = paths.get(ids[i])
+        if path is None or path == exclude or (min_score is not None and scores[i] < min_score):
+            continue
+        hits.append(Hit(len(hits) + 1, float(scores[i]), path))
+        if len(hits) == n:
+            break
+    return hits
+
+
+def search(index: Index, model, text: str, n: int = 10, min_score: float | None = None) -> list[Hit]:
+    check_query(model, text)
+    vectors = index.vectors(model)
+    query = model.encode_text([text])
+    return rank(index, model, vectors, query[0], n, lambda images: model.scores(images, query)[:, 0], min_score)
+
+
+# ------------------------------------------------------------------------------------- photo -> ...
+
+def check_photo(path: str) -> str:
+    path = os.path.abspath(path)
+    if not os.path.exists(path):
+        raise QueryError(f"{path}: no such file")
+    if os.path.isdir(path):
+        raise QueryError(f"{path}: is a folder, not a photo")
+    return path
+
+
+def photo_vector(path: str, model, index: Index | None, embed_photo) -> np.ndarray:
+    """The stored vector when the photo is indexed and unchanged, else the CNN's (`embed_photo(path)`)."""
+    if index is not None and index.model_id == model.model_id:
+        stored = index.stored_vector(path, model.model_id)
+        if stored is not None:
+            return stored
+    return embed_photo(path)
+
+
+def similar(index: Index, model, vector: np.ndarray, n: int = 10, exclude: str | None = None) -> list[Hit]:
+    vectors = index.vectors(model)
+    # Photo to photo: cosine between image vectors (an order score compares a caption to a photo).
+    return rank(index, model, vectors, vector, n, lambda images: images @ vector,
+                exclude=path_key(exclude) if exclude else None)
+
+
+def caption_cache_dir() -> Path:
+    if os.environ.get("IMGTXT_CACHE_DIR"):
+        return Path(os.environ["IMGTXT_CACHE_DIR"]) / "captions"
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "imgtxt" / "captions"
+
+
+def read_captions(file: Path) -> list[str]:
+    try:
+        captions = [line.strip() for line in Path(file).read_text(encoding="utf-8").splitlines() if line.strip()]
+    except (OSError, UnicodeDecodeError) as e:
+        raise QueryError(f"{file}: cannot read captions ({e})") from None
+    if not captions:
+        raise QueryError(f"{file}: no captions in it (one caption per line)")
+    return captions
+
+
+def caption_vectors(model, captions: list[str]) -> np.ndarray:
+    """Embeddings of a caption list, cached on disk by model id and caption content (the bank has ~30k)."""
+    digest = hashlib.sha256("\n".join(captions).encode("utf-8")).hexdigest()[:16]
+    path = caption_cache_dir() / f"{model.model_id}-{digest}.npy"
+    try:
+        cached = np.load(path)
+        if cached.shape == (len(captions), model.config["joint"]["embed_dim"]):
+            return cached
+    except (OSError, ValueError):
+        pass
+    vectors = model.encode_text(captions)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        with open(tmp, "wb") as f:
+            np.save(f, vectors)
+        os.replace(tmp, path)  # a concurrent reader never sees half a file
+    except OSError:
+        pass  # a read-only cache only costs speed
+    return vectors
+
+
+def caption(model, vector: np.ndarray, n: int = 5, captions: list[str] | None = None) -> list[Hit]:
+    bank = captions if captions is not None else model.caption_bank()
+    if not bank:
+        raise QueryError(f"the model in {model.folder} has no caption bank (captions.txt); pass --captions FILE")
+    scores = model.scores(vector[None, :], caption_vectors(model, bank))[0]
+    order = np.argsort(-scores, kind="stable")
+    hits, seen = [], set()
+    for i in order:
+        if bank[i].lower() in seen:  # the bank repeats common captions
+            continue
+        seen.add(bank[i].lower())
+        hits.append(Hit(len(hits) + 1, float(scores[i]), bank[i]))
+        if len(hits) == n:
+            break
+    return hits
