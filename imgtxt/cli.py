@@ -239,7 +239,7 @@ def _embed_photo(model):
         from .indexer import embedder_for
 
         embedder = embedder_for(model)
-        return embedder.embed(load_square(path, embedder.resize_size)[None])[0]
+        return embedder.embed(load_square(path, embedder.resize_size)[None].copy())[0]  # writable for torch
     return embed
 
 
@@ -263,7 +263,7 @@ def index_photos(
     try:
         summary = run_index(resolve_index_dir(index_dir), [str(p) for p in paths], trained, exclude,
                             batch_size=batch_size, workers=workers, progress=not quiet and sys.stderr.isatty(),
-                            log=log)
+                            log=log, notice=lambda message: typer.echo(message, err=True))
     except _library_errors() as e:
         fail(str(e))
     if as_json:

@@ -156,7 +156,10 @@ def embedder_for(model):
 # --------------------------------------------------------------------------------- the run
 
 def run_index(index_dir: Path, roots: list[str], model, excludes=(), batch_size: int = 32, workers: int = 2,
-              progress: bool = False, log=lambda message: print(message, file=sys.stderr)) -> Summary:
+              progress: bool = False, log=None, notice=None) -> Summary:
+    """Index `roots` into the index folder. `log` gets per-file messages, `notice` the important ones."""
+    log = log or (lambda message: print(message, file=sys.stderr))
+    notice = notice or log
     roots = [os.path.abspath(r) for r in roots]
     for root in roots:
         if not os.path.exists(root):
@@ -164,12 +167,12 @@ def run_index(index_dir: Path, roots: list[str], model, excludes=(), batch_size:
     store = Store(index_dir)
     try:
         with IndexLock(store.index_dir):
-            return _run(store, roots, model, list(excludes), batch_size, workers, progress, log)
+            return _run(store, roots, model, list(excludes), batch_size, workers, progress, log, notice)
     finally:
         store.close()
 
 
-def _run(store: Store, roots, model, excludes, batch_size, workers, progress, log) -> Summary:
+def _run(store: Store, roots, model, excludes, batch_size, workers, progress, log, notice) -> Summary:
     summary = Summary()
     model_id = model.model_id
     root_keys = [path_key(r) for r in roots]
@@ -192,7 +195,7 @@ def _run(store: Store, roots, model, excludes, batch_size, workers, progress, lo
     if others:
         summary.model_note = (f"the index holds {sum(others.values())} vectors of another model "
                               f"({', '.join(others)}); re-embedding them with {model_id}")
-        log(f"imgtxt: {summary.model_note}")
+        notice(f"imgtxt: {summary.model_note}")
 
     # 2. Compare with the database without opening any file.
     work: list[Work] = []

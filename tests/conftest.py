@@ -1,0 +1,89 @@
+"""Shared fixtures for the photo-library tests: one tiny real model and one CNN per test session."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from tiny_model import backbone_facts, build_tiny_model  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLES = REPO / "examples"
+
+
+@pytest.fixture(scope="session")
+def facts():
+    return backbone_facts()
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory, facts) -> Path:
+    return build_tiny_model(tmp_path_factory.mktemp("models") / "tiny", facts)
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tiny_model_dir):
+    from imgtxt.modelfile import TrainedModel
+
+    return TrainedModel.load(tiny_model_dir)
+
+
+@pytest.fixture()
+def library(tmp_path, monkeypatch, tiny_model_dir):
+    """A fresh index folder and caption cache, and a way to run the CLI in-process (CliRunner)."""
+    from typer.testing import CliRunner
+
+    from imgtxt.cli import app
+
+    index_dir, cache_dir = tmp_path / "index", tmp_path / "cache"
+    monkeypatch.setenv("IMGTXT_INDEX_DIR", str(index_dir))
+    monkeypatch.setenv("IMGTXT_CACHE_DIR", str(cache_dir))
+    runner = CliRunner()
+
+    class Library:
+        index = index_dir
+        model = tiny_model_dir
+        env = {**os.environ, "IMGTXT_INDEX_DIR": str(index_dir), "IMGTXT_CACHE_DIR": str(cache_dir)}
+
+        def run(self, *args, ok=True):
+            """`imgtxt ARGS` in this process; index commands get the tiny model."""
+            args = [str(a) for a in args]
+            if args[0] == "index" and "--model" not in args:
+                args += ["--model", str(tiny_model_dir)]
+            result = runner.invoke(app, args, catch_exceptions=False)
+            if ok:
+                assert result.exit_code == 0, f"imgtxt {args}: exit {result.exit_code}\n{result.stderr}"
+            return result
+
+        def subprocess(self, *args, **kwargs):
+            return subprocess.run([str(REPO / ".venv" / "bin" / "imgtxt"), *map(str, args)], env=self.env,
+                                  capture_output=True, text=True, **kwargs)
+
+    return Library()
+
+
+def write_photo(path: Path, seed: int, size=(320, 240), fmt: str | None = None, **save_args) -> Path:
+    """A distinct synthetic photo: smooth random colour blobs (JPEG compresses it like a real photo)."""
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    small = rng.integers(0, 256, (6, 8, 3), dtype=np.uint8)
+    image = Image.fromarray(small).resize(size, Image.BICUBIC)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    image.save(path, format=fmt, **save_args)
+    return path
+
+
+def copy_examples(folder: Path, names=None) -> list[Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    out = []
+    for src in sorted(EXAMPLES.glob("*.jpg")):
+        if names is None or src.stem in names:
+            out.append(Path(shutil.copy2(src, folder / src.name)))
+    return out

@@ -1,0 +1,117 @@
+"""The SQLite store and the Annoy file: schema versions, paths that are not UTF-8, atomic swaps (no CNN)."""
+from __future__ import annotations
+
+import os
+import sqlite3
+
+import numpy as np
+import pytest
+
+from imgtxt import vector_index
+from imgtxt.store import SCHEMA_VERSION, Store, StoreError, default_index_dir, open_readonly, path_key, real_path
+
+
+def vec(seed, dim=8):
+    v = np.random.default_rng(seed).normal(size=dim).astype(np.float32)
+    return (v / np.linalg.norm(v)).tobytes()
+
+
+def test_new_store_is_migrated_to_the_current_schema_in_wal_mode(tmp_path):
+    store = Store(tmp_path / "ix")
+    conn = sqlite3.connect(store.db_path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert {"photos", "skipped", "meta"} <= set(store.db.table_names())
+    store.close()
+    Store(tmp_path / "ix").close()  # reopening an up-to-date store applies nothing and keeps working
+
+
+def test_an_index_from_a_newer_imgtxt_is_refused_with_a_clear_message(tmp_path):
+    Store(tmp_path).close()
+    conn = sqlite3.connect(tmp_path / "index.db")
+    conn.execute(f"PRAGMA user_version={SCHEMA_VERSION + 1}")
+    conn.commit()
+    conn.close()
+    for opener in (Store, open_readonly):
+        with pytest.raises(StoreError, match="newer imgtxt"):
+            opener(tmp_path)
+
+
+def test_missing_and_garbage_indexes(tmp_path):
+    with pytest.raises(StoreError, match="no index at"):
+        open_readonly(tmp_path)
+    (tmp_path / "index.db").write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(StoreError, match="not a readable imgtxt index"):
+        open_readonly(tmp_path)
+
+
+def test_index_dir_comes_from_env_then_xdg(monkeypatch, tmp_path):
+    monkeypatch.setenv("IMGTXT_INDEX_DIR", str(tmp_path / "a"))
+    assert default_index_dir() == tmp_path / "a"
+    monkeypatch.delenv("IMGTXT_INDEX_DIR")
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    assert default_index_dir() == tmp_path / "xdg" / "imgtxt"
+
+
+def test_non_utf8_paths_round_trip(tmp_path):
+    path = os.fsdecode(str(tmp_path).encode() + b"/caf\xe9.jpg")
+    store = Store(tmp_path / "ix")
+    store.put_photo(path, 10, 20, "h1", 4, 3, vec(0), "m")
+    (row,) = store.photo_rows().values()
+    assert row["path"] == path_key(path) and "\\xe9" in row["path"]
+    assert real_path(row["path"], row["path_bytes"]) == path
+
+
+def test_updates_keep_the_photo_id_and_moves_keep_the_vector(tmp_path):
+    store = Store(tmp_path)
+    store.put_photo("/p/a.jpg", 1, 1, "h1", 4, 3, vec(0), "m")
+    first_id = store.photo_rows()["/p/a.jpg"]["id"]
+    store.put_photo("/p/a.jpg", 2, 2, "h2", 4, 3, vec(1), "m")
+    assert store.photo_rows()["/p/a.jpg"]["id"] == first_id
+    store.move_photo(first_id, "/q/b.jpg", 2, 3)
+    rows = store.photo_rows()
+    assert list(rows) == ["/q/b.jpg"] and rows["/q/b.jpg"]["id"] == first_id
+    assert store.rows_with_hash("h2", "m")[0]["embedding"] == vec(1)
+
+
+def test_ids_are_never_reused(tmp_path):
+    store = Store(tmp_path)
+    store.put_photo("/a.jpg", 1, 1, "h1", 1, 1, vec(0), "m")
+    store.put_photo("/b.jpg", 1, 1, "h2", 1, 1, vec(1), "m")
+    old = store.photo_rows()["/b.jpg"]["id"]
+    store.remove_photos(["/b.jpg"])
+    store.put_photo("/c.jpg", 1, 1, "h3", 1, 1, vec(2), "m")
+    assert store.photo_rows()["/c.jpg"]["id"] > old  # an old Annoy file can never point at /c.jpg
+
+
+def test_skipped_file_replaces_its_photo_row(tmp_path):
+    store = Store(tmp_path)
+    store.put_photo("/a.jpg", 1, 1, "h1", 1, 1, vec(0), "m")
+    store.put_skipped("/a.jpg", "corrupt or truncated image", 5, 5)
+    assert store.photo_rows() == {}
+    assert store.skipped_rows()["/a.jpg"]["reason"] == "corrupt or truncated image"
+    store.put_photo("/a.jpg", 6, 6, "h9", 1, 1, vec(0), "m")
+    assert store.skipped_rows() == {}
+
+
+def test_annoy_build_swaps_atomically_and_drops_other_models(tmp_path):
+    vectors = [(i, vec(i)) for i in range(1, 21)]
+    assert vector_index.build(tmp_path, "m1", 8, "cosine", vectors) == 20
+    old = vector_index.index_path(tmp_path, "m1")
+    reader = vector_index.VectorIndex(old, 8, "cosine")       # a search holding the old file
+    assert vector_index.build(tmp_path, "m1", 8, "cosine", vectors[:5]) == 5
+    assert len(reader) == 21 and len(vector_index.VectorIndex(old, 8, "cosine")) == 6  # Annoy counts ids 0..max
+    ids, found = reader.candidates(np.frombuffer(vec(7), np.float32), 1)
+    assert ids == [7]                                            # the old file still answers
+    assert vector_index.build(tmp_path, "m2", 8, "cosine", vectors) == 20
+    assert sorted(p.name for p in tmp_path.glob("vectors-*")) == ["vectors-m2.ann"]
+    assert vector_index.build(tmp_path, "m2", 8, "cosine", []) == 0
+    assert list(tmp_path.glob("vectors-*")) == []
+
+
+def test_order_embedding_candidates_come_from_euclidean_neighbours(tmp_path):
+    vectors = [(i, vec(i)) for i in range(1, 51)]
+    vector_index.build(tmp_path, "m", 8, "order", vectors)
+    index = vector_index.VectorIndex(vector_index.index_path(tmp_path, "m"), 8, "order")
+    ids, found = index.candidates(np.frombuffer(vec(3), np.float32), 2)
+    assert 3 in ids and found.shape == (len(ids), 8) and len(ids) >= 20
