@@ -235,9 +235,10 @@ def _query_model(model: Optional[Path], index):
 
 def _embed_photo(model):
     def embed(path: str):
-        from .images import load_square
+        from .images import load_square, register_heif
         from .indexer import embedder_for
 
+        register_heif()
         embedder = embedder_for(model)
         return embedder.embed(load_square(path, embedder.resize_size)[None].copy())[0]  # writable for torch
     return embed

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from . import vector_index
-from .images import ImageError, load_rgb
+from .images import ImageError, load_rgb, register_heif
 from .scan import Found, Problem, scan
 from .store import Store, StoreError, is_under, now_iso, path_key, real_path
 
@@ -164,6 +164,7 @@ def run_index(index_dir: Path, roots: list[str], model, excludes=(), batch_size:
     for root in roots:
         if not os.path.exists(root):
             raise StoreError(f"no such folder: {root}")
+    register_heif()  # HEIC/HEIF photos when the optional pillow-heif is installed
     store = Store(index_dir)
     try:
         with IndexLock(store.index_dir):

@@ -55,7 +55,7 @@ class Index:
 
     def vectors(self, model) -> vector_index.VectorIndex:
         if self.model_id is None:
-            raise StoreError(f"the index at {self.dir} is empty: run `imgtxt index FOLDER` first")
+            raise StoreError(f"the index at {self.dir} has no completed run yet: run `imgtxt index FOLDER`")
         if self.model_id != model.model_id:
             raise StoreError(f"the index at {self.dir} was built with model {self.model_id}, not {model.model_id}: "
                              f"run `imgtxt index` with this model to re-embed, or pass the index's --model")

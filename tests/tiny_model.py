@@ -36,10 +36,10 @@ def backbone_facts() -> dict:
     return facts
 
 
-def build_tiny_model(folder: Path, facts: dict, seed: int = 0, name: str = "tiny") -> Path:
+def build_tiny_model(folder: Path, facts: dict, seed: int = 0, name: str = "tiny", embed_dim: int = EMBED_DIM) -> Path:
     rng = np.random.default_rng(seed)
     vocab = Vocabulary(WORDS)
-    raw_dim, h = facts["raw_dim"], EMBED_DIM
+    raw_dim, h = facts["raw_dim"], embed_dim
     weights = {
         "word_embedding": rng.normal(0, 0.5, (len(vocab), WORD_DIM)),
         "gru.weight_ih": rng.normal(0, 0.3, (3 * h, WORD_DIM)),
