@@ -32,8 +32,10 @@ def json_lines(text: str) -> list[dict]:
 
 def test_index_then_search_caption_similar_status(library, tmp_path):
     photos = copy_examples(tmp_path / "photos")
-    s = summary_of(library.run("index", tmp_path / "photos", "--json", "--quiet"))
+    result = library.run("index", tmp_path / "photos", "--json")
+    s = summary_of(result)
     assert (s["added"], s["embedded"], s["indexed"], s["skipped"]) == (6, 6, 6, 0)
+    assert result.stderr == ""                      # no progress bar when stderr is not a terminal
 
     hits = json_lines(library.run("search", "a cat sitting on a table", "-n", "4", "--json").stdout)
     assert [h["rank"] for h in hits] == [1, 2, 3, 4]
@@ -50,6 +52,8 @@ def test_index_then_search_caption_similar_status(library, tmp_path):
 
     sims = json_lines(library.run("similar", photos[0], "-n", "10", "--json").stdout)
     assert len(sims) == 5 and str(photos[0]) not in {h["path"] for h in sims}  # itself left out
+    outside = write_photo(tmp_path / "elsewhere" / "new.jpg", seed=3)           # not indexed: the CNN embeds it
+    assert len(json_lines(library.run("similar", outside, "--json").stdout)) == 6
 
     status = json.loads(library.run("status", "--json").stdout)
     assert status["photos"] == 6 and status["skipped"] == 0 and status["model"].startswith("tiny-")
