@@ -2,7 +2,6 @@
 reported with its reason, and every good photo (including the odd but valid ones) is indexed."""
 from __future__ import annotations
 
-import io
 import json
 import os
 import sqlite3
