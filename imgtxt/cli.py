@@ -250,8 +250,8 @@ def index_photos(
     exclude: list[str] = typer.Option([], "--exclude", help="Skip files or folders matching this glob (repeatable)."),
     index_dir: Optional[Path] = IndexOpt,
     model: Optional[Path] = ModelOpt,
-    batch_size: int = typer.Option(32, help="Photos per CNN batch and per database commit."),
-    workers: int = typer.Option(2, help="Decoding threads."),
+    batch_size: int = typer.Option(32, min=1, help="Photos per CNN batch and per database commit."),
+    workers: int = typer.Option(2, min=1, help="Decoding threads."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as one JSON object on stdout."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar and no per-file messages."),
 ):
@@ -278,7 +278,7 @@ def index_photos(
 @app.command()
 def search(
     text: str = typer.Argument(..., help='What the photo shows, e.g. "a dog running on the beach".'),
-    n: int = typer.Option(10, "-n", help="Number of photos."),
+    n: int = typer.Option(10, "-n", min=1, help="Number of photos."),
     min_score: Optional[float] = typer.Option(None, "--min-score", help="Leave out photos scoring below this."),
     index_dir: Optional[Path] = IndexOpt,
     model: Optional[Path] = QueryModelOpt,
@@ -300,7 +300,7 @@ def search(
 @app.command()
 def caption(
     photo: Path = typer.Argument(..., help="A photo (need not be indexed)."),
-    n: int = typer.Option(5, "-n", help="Number of captions."),
+    n: int = typer.Option(5, "-n", min=1, help="Number of captions."),
     captions: Optional[Path] = typer.Option(None, "--captions", help="Caption candidates, one per line "
                                             "(default: the model's training captions)."),
     index_dir: Optional[Path] = IndexOpt,
@@ -326,7 +326,7 @@ def caption(
 @app.command()
 def similar(
     photo: Path = typer.Argument(..., help="A photo (indexed or not)."),
-    n: int = typer.Option(10, "-n", help="Number of photos."),
+    n: int = typer.Option(10, "-n", min=1, help="Number of photos."),
     index_dir: Optional[Path] = IndexOpt,
     model: Optional[Path] = QueryModelOpt,
     as_json: bool = JsonOpt,
