@@ -159,7 +159,6 @@ def run_index(index_dir: Path, roots: list[str], model, excludes=(), batch_size:
               progress: bool = False, log=None, notice=None) -> Summary:
     """Index `roots` into the index folder. `log` gets per-file messages, `notice` the important ones."""
     log = log or (lambda message: print(message, file=sys.stderr))
-    notice = notice or log
     roots = [os.path.abspath(r) for r in roots]
     for root in roots:
         if not os.path.exists(root):
@@ -168,116 +167,142 @@ def run_index(index_dir: Path, roots: list[str], model, excludes=(), batch_size:
     store = Store(index_dir)
     try:
         with IndexLock(store.index_dir):
-            return _run(store, roots, model, list(excludes), batch_size, workers, progress, log, notice)
+            run = IndexRun(store, roots, model, batch_size, workers, progress, log, notice or log)
+            return run.execute(list(excludes))
     finally:
         store.close()
 
 
-def _run(store: Store, roots, model, excludes, batch_size, workers, progress, log, notice) -> Summary:
-    summary = Summary()
-    model_id = model.model_id
-    root_keys = [path_key(r) for r in roots]
+class IndexRun:
+    """The phases of one run, in order; each leaves the database consistent (committed in transactions)."""
 
-    # 1. What is on disk now.
-    found: dict[str, Found] = {}
-    problems: list[Problem] = []
-    for entry in scan(roots, excludes):
-        if isinstance(entry, Found):
-            found[path_key(entry.path)] = entry
-        else:
-            problems.append(entry)
-    rows = store.photo_rows()
-    skipped = store.skipped_rows()
-    if not found and not problems and not any(is_under(k, root_keys) for k in rows):
-        from .scan import photo_suffixes
+    def __init__(self, store: Store, roots, model, batch_size, workers, progress, log, notice):
+        self.store, self.roots, self.model, self.model_id = store, roots, model, model.model_id
+        self.root_keys = [path_key(r) for r in roots]
+        self.batch_size, self.workers, self.progress, self.log, self.notice = batch_size, workers, progress, log, notice
+        self.summary = Summary()
+        self.writes: list = []     # pending database writes (callables), committed together
 
-        raise NoPhotos(f"no photos under {', '.join(roots)} (looked for {', '.join(sorted(photo_suffixes()))})")
-    others = store.other_model_ids(model_id)
-    if others:
-        summary.model_note = (f"the index holds {sum(others.values())} vectors of another model "
-                              f"({', '.join(others)}); re-embedding them with {model_id}")
-        notice(f"imgtxt: {summary.model_note}")
+    def execute(self, excludes) -> Summary:
+        found, problems = self.scan(excludes)
+        work, vanished = self.compare(found)
+        to_embed = self.reuse_known_content(work, vanished)
+        if to_embed:
+            self.embed(to_embed)
+        self.finish(found, problems, vanished)
+        return self.summary
 
-    # 2. Compare with the database without opening any file.
-    work: list[Work] = []
-    for key, entry in found.items():
-        row = rows.get(key)
-        if row is not None and (row["size"], row["mtime_ns"], row["model_id"]) == (entry.size, entry.mtime_ns, model_id):
-            summary.unchanged += 1
-            continue
-        old_skip = skipped.get(key)
-        if row is None and old_skip and (old_skip["size"], old_skip["mtime_ns"]) == (entry.size, entry.mtime_ns):
-            summary.skipped[key] = old_skip["reason"]  # known bad and unchanged: not retried
-            continue
-        work.append(Work(entry.path, entry.size, entry.mtime_ns, row))
-    for key, row in rows.items():  # another model's vectors outside these folders: re-embed if the file exists
-        if key not in found and row["model_id"] != model_id and not is_under(key, root_keys):
-            try:
-                st = os.stat(real_path(key, row["path_bytes"]))
-                work.append(Work(real_path(key, row["path_bytes"]), st.st_size, st.st_mtime_ns, row))
-            except OSError:
-                pass  # gone: removed below
-    work_keys = {path_key(w.path) for w in work}
-    vanished = {k for k, row in rows.items() if k not in found and k not in work_keys
-                and (is_under(k, root_keys) or not os.path.lexists(real_path(k, row["path_bytes"])))}
-
-    # 3. Hash what changed; content the index already has keeps its vector (moves, renames, copies, touches).
-    known_hashes = store.hashes_with_vectors(model_id)
-    to_embed: list[Work] = []
-    writes: list = []
-
-    def commit_writes():
-        with store.db.atomic():
-            for write in writes:
+    # ------------------------------------------------------------------ bookkeeping
+    def commit(self) -> None:
+        with self.store.db.atomic():
+            for write in self.writes:
                 write()
-        writes.clear()
+        self.writes.clear()
 
-    def count_added_or_updated(w: Work):
+    def count_added_or_updated(self, w: Work) -> None:
         if w.existing is None:
-            summary.added += 1
+            self.summary.added += 1
         else:
-            summary.updated += 1
+            self.summary.updated += 1
 
-    def skip(w: Work, reason: str):
+    def skip(self, w: Work, reason: str) -> None:
         key = path_key(w.path)
-        summary.skipped[key] = reason
-        summary.new_skips.append((key, reason))
-        log(f"imgtxt: skipped {key}: {reason}")
+        self.summary.skipped[key] = reason
+        self.summary.new_skips.append((key, reason))
+        self.log(f"imgtxt: skipped {key}: {reason}")
         if w.existing is not None:
-            summary.removed += 1
-        writes.append(lambda: store.put_skipped(w.path, reason, w.size, w.mtime_ns))
+            self.summary.removed += 1
+        self.writes.append(lambda: self.store.put_skipped(w.path, reason, w.size, w.mtime_ns))
 
-    for w, _ in in_order(hash_work, work, workers, 64):
-        if w.error:
-            skip(w, w.error)
-        elif w.hash not in known_hashes:
-            to_embed.append(w)
-        elif w.existing is not None and w.existing["hash"] == w.hash and w.existing["model_id"] == model_id:
-            summary.unchanged += 1  # touched, same bytes: just note the new mtime
-            writes.append(lambda w=w: store.move_photo(w.existing["id"], w.path, w.size, w.mtime_ns))
-        else:
-            donors = store.rows_with_hash(w.hash, model_id)
-            moved_from = next((d for d in donors if d["path"] in vanished), None)
-            if moved_from is not None:
-                vanished.discard(moved_from["path"])
-                summary.moved += 1
-                writes.append(lambda w=w, d=moved_from: store.move_photo(d["id"], w.path, w.size, w.mtime_ns))
-            elif donors:
-                d = donors[0]
-                count_added_or_updated(w)
-                writes.append(lambda w=w, d=d: store.put_photo(w.path, w.size, w.mtime_ns, w.hash, d["width"],
-                                                               d["height"], d["embedding"], model_id))
+    # ------------------------------------------------------------------ 1. what is on disk now
+    def scan(self, excludes) -> tuple[dict[str, Found], list[Problem]]:
+        found: dict[str, Found] = {}
+        problems: list[Problem] = []
+        for entry in scan(self.roots, excludes):
+            if isinstance(entry, Found):
+                found[path_key(entry.path)] = entry
             else:
-                to_embed.append(w)
-        if len(writes) >= 256:
-            commit_writes()
-    commit_writes()
+                problems.append(entry)
+        return found, problems
 
-    # 4. Decode in worker threads while the CNN embeds batches; one transaction per batch.
-    if to_embed:
-        embedder = embedder_for(model)
+    # ------------------------------------------------------------------ 2. compare with the database, opening nothing
+    def compare(self, found: dict[str, Found]) -> tuple[list[Work], set[str]]:
+        rows, skipped = self.store.photo_rows(), self.store.skipped_rows()
+        self.rows, self.old_skips = rows, skipped
+        if not found and not any(is_under(k, self.root_keys) for k in rows):
+            from .scan import photo_suffixes
+
+            raise NoPhotos(f"no photos under {', '.join(self.roots)} "
+                           f"(looked for {', '.join(sorted(photo_suffixes()))})")
+        others = self.store.other_model_ids(self.model_id)
+        if others:
+            self.summary.model_note = (f"the index holds {sum(others.values())} vectors of another model "
+                                       f"({', '.join(others)}); re-embedding them with {self.model_id}")
+            self.notice(f"imgtxt: {self.summary.model_note}")
+
+        work: list[Work] = []
+        for key, entry in found.items():
+            row = rows.get(key)
+            same = (entry.size, entry.mtime_ns, self.model_id)
+            if row is not None and (row["size"], row["mtime_ns"], row["model_id"]) == same:
+                self.summary.unchanged += 1
+                continue
+            old_skip = skipped.get(key)
+            if row is None and old_skip and (old_skip["size"], old_skip["mtime_ns"]) == (entry.size, entry.mtime_ns):
+                self.summary.skipped[key] = old_skip["reason"]  # known bad and unchanged: not retried
+                continue
+            work.append(Work(entry.path, entry.size, entry.mtime_ns, row))
+        for key, row in rows.items():  # another model's vectors outside these folders: re-embed if the file exists
+            if key not in found and row["model_id"] != self.model_id and not is_under(key, self.root_keys):
+                path = real_path(key, row["path_bytes"])
+                try:
+                    st = os.stat(path)
+                except OSError:
+                    continue  # gone: removed with the other vanished rows
+                work.append(Work(path, st.st_size, st.st_mtime_ns, row))
+        work_keys = {path_key(w.path) for w in work}
+        vanished = {k for k, row in rows.items() if k not in found and k not in work_keys
+                    and (is_under(k, self.root_keys) or not os.path.lexists(real_path(k, row["path_bytes"])))}
+        return work, vanished
+
+    # ------------------------------------------------------------------ 3. hash; known content keeps its vector
+    def reuse_known_content(self, work: list[Work], vanished: set[str]) -> list[Work]:
+        """Moves, renames, copies and touched files get the stored vector; returns the photos to embed."""
+        known_hashes = self.store.hashes_with_vectors(self.model_id)
+        to_embed: list[Work] = []
+        for w, _ in in_order(hash_work, work, self.workers, 64):
+            if w.error:
+                self.skip(w, w.error)
+            elif w.hash not in known_hashes:
+                to_embed.append(w)
+            elif w.existing is not None and w.existing["hash"] == w.hash and w.existing["model_id"] == self.model_id:
+                self.summary.unchanged += 1  # touched, same bytes: just note the new mtime
+                self.writes.append(lambda w=w: self.store.move_photo(w.existing["id"], w.path, w.size, w.mtime_ns))
+            else:
+                donors = self.store.rows_with_hash(w.hash, self.model_id)
+                moved_from = next((d for d in donors if d["path"] in vanished), None)
+                if moved_from is not None:
+                    vanished.discard(moved_from["path"])
+                    self.summary.moved += 1
+                    self.writes.append(
+                        lambda w=w, d=moved_from: self.store.move_photo(d["id"], w.path, w.size, w.mtime_ns))
+                elif donors:
+                    d = donors[0]
+                    self.count_added_or_updated(w)
+                    self.writes.append(lambda w=w, d=d: self.store.put_photo(
+                        w.path, w.size, w.mtime_ns, w.hash, d["width"], d["height"], d["embedding"], self.model_id))
+                else:
+                    to_embed.append(w)
+            if len(self.writes) >= 256:
+                self.commit()
+        self.commit()
+        return to_embed
+
+    # ------------------------------------------------------------------ 4. decode in threads, embed in batches
+    def embed(self, to_embed: list[Work]) -> None:
+        embedder = embedder_for(self.model)
         bar = None
-        if progress:
+        if self.progress:
             from tqdm import tqdm
 
             bar = tqdm(total=len(to_embed), unit="photo", file=sys.stderr, dynamic_ncols=True, smoothing=0.1)
@@ -285,47 +310,47 @@ def _run(store: Store, roots, model, excludes, batch_size, workers, progress, lo
 
         def embed_batch():
             if batch:
-                vectors = embedder.embed(np.stack([square for _, (square, _, _) in batch])).astype(np.float32)
-                for (w, (_, width, height)), vector in zip(batch, vectors):
-                    count_added_or_updated(w)
-                    writes.append(lambda w=w, wd=width, ht=height, v=vector.tobytes(): store.put_photo(
-                        w.path, w.size, w.mtime_ns, w.hash, wd, ht, v, model_id))
-                summary.embedded += len(batch)
-            done = len(writes)
-            commit_writes()
+                squares = np.stack([square for _, (square, _, _) in batch])
+                for (w, (_, width, height)), vector in zip(batch, embedder.embed(squares).astype(np.float32)):
+                    self.count_added_or_updated(w)
+                    self.writes.append(lambda w=w, wd=width, ht=height, v=vector.tobytes(): self.store.put_photo(
+                        w.path, w.size, w.mtime_ns, w.hash, wd, ht, v, self.model_id))
+                self.summary.embedded += len(batch)
+            done = len(self.writes)
+            self.commit()  # one transaction per batch: kill -9 loses at most this batch
             if bar is not None:
                 bar.update(done)
             batch.clear()
 
         size = embedder.resize_size
-        for w, result in in_order(lambda w: decode(w, size), to_embed, workers, 4 * batch_size):
+        for w, result in in_order(lambda w: decode(w, size), to_embed, self.workers, 4 * self.batch_size):
             if isinstance(result, ImageError):
-                skip(w, str(result))
+                self.skip(w, str(result))
             else:
                 batch.append((w, result))
-            if len(batch) >= batch_size:
+            if len(batch) >= self.batch_size:
                 embed_batch()
         embed_batch()
         if bar is not None:
             bar.close()
 
-    # 5. Removals and folder-level problems (unreadable folders, link loops: re-checked every run).
-    with store.db.atomic():
-        store.remove_photos(sorted(vanished))
-        summary.removed += len(vanished)
-        store.remove_skipped([k for k in skipped if k not in found and is_under(k, root_keys)])
-        for problem in problems:
-            key = path_key(problem.path)
-            summary.skipped[key] = problem.reason
-            if skipped.get(key, {}).get("reason") != problem.reason:
-                summary.new_skips.append((key, problem.reason))
-                log(f"imgtxt: skipped {key}: {problem.reason}")
-            store.put_skipped(problem.path, problem.reason)
-
-    # 6. Rebuild the Annoy index from SQLite and swap it in.
-    dim = model.config["joint"]["embed_dim"]
-    summary.indexed = vector_index.build(store.index_dir, model_id, dim, model.similarity_kind,
-                                         store.iter_vectors(model_id))
-    store.set_meta(model_id=model_id, model_folder=str(Path(model.folder).resolve()),
-                   similarity=model.similarity_kind, embed_dim=dim, last_run=now_iso(), photos=summary.indexed)
-    return summary
+    # ------------------------------------------------------------------ 5. removals, folder problems, Annoy
+    def finish(self, found: dict[str, Found], problems: list[Problem], vanished: set[str]) -> None:
+        store, summary = self.store, self.summary
+        with store.db.atomic():
+            store.remove_photos(sorted(vanished))
+            summary.removed += len(vanished)
+            store.remove_skipped([k for k in self.old_skips if k not in found and is_under(k, self.root_keys)])
+            for problem in problems:  # unreadable folders, link loops: re-checked on every run
+                key = path_key(problem.path)
+                summary.skipped[key] = problem.reason
+                if self.old_skips.get(key, {}).get("reason") != problem.reason:
+                    summary.new_skips.append((key, problem.reason))
+                    self.log(f"imgtxt: skipped {key}: {problem.reason}")
+                store.put_skipped(problem.path, problem.reason)
+        dim = self.model.config["joint"]["embed_dim"]
+        summary.indexed = vector_index.build(store.index_dir, self.model_id, dim, self.model.similarity_kind,
+                                             store.iter_vectors(self.model_id))
+        store.set_meta(model_id=self.model_id, model_folder=str(Path(self.model.folder).resolve()),
+                       similarity=self.model.similarity_kind, embed_dim=dim, last_run=now_iso(),
+                       photos=summary.indexed)

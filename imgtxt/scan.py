@@ -53,11 +53,13 @@ def _os_reason(e: OSError) -> str:
     if e.errno in (errno.EACCES, errno.EPERM):
         return "permission denied"
     if e.errno == errno.ENOENT:
-        return "broken symbolic link" if isinstance(e.filename, str) and os.path.islink(e.filename) else "vanished while scanning"
+        broken_link = isinstance(e.filename, str) and os.path.islink(e.filename)
+        return "broken symbolic link" if broken_link else "vanished while scanning"
     return e.strerror or str(e)
 
 
-def scan(roots: Iterable[str], excludes: Iterable[str] = (), suffixes: set[str] | None = None) -> Iterator[Found | Problem]:
+def scan(roots: Iterable[str], excludes: Iterable[str] = (),
+         suffixes: set[str] | None = None) -> Iterator[Found | Problem]:
     """Every photo file under `roots` (folders or single files), each path once, in sorted order per folder.
 
     Symbolic links are followed (a linked album is part of the collection); a folder reached twice
