@@ -190,6 +190,8 @@ def test_query_errors_are_one_line_reasons(library, tmp_path):
     ]
     (tmp_path / "p" / "bad.jpg").write_text("not a photo")
     cases.append((["caption", tmp_path / "p" / "bad.jpg"], "not an image"))
+    cases.append((["search", "a cat", "--model", tmp_path / "p"], "unusable model"))      # no model.json
+    cases.append((["search", "a cat", "--model", tmp_path / "gone"], "unusable model"))
     for args, message in cases:
         result = library.run(*args, ok=False)
         assert result.exit_code == 1, args
