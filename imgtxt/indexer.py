@@ -164,13 +164,14 @@ def run_index(index_dir: Path, roots: list[str], model, excludes=(), batch_size:
         if not os.path.exists(root):
             raise StoreError(f"no such folder: {root}")
     register_heif()  # HEIC/HEIF photos when the optional pillow-heif is installed
-    store = Store(index_dir)
-    try:
-        with IndexLock(store.index_dir):
+    Path(index_dir).mkdir(parents=True, exist_ok=True)
+    with IndexLock(Path(index_dir)):  # before opening the store: a migration must not race another run
+        store = Store(index_dir)
+        try:
             run = IndexRun(store, roots, model, batch_size, workers, progress, log, notice or log)
             return run.execute(list(excludes))
-    finally:
-        store.close()
+        finally:
+            store.close()
 
 
 class IndexRun:
