@@ -317,7 +317,10 @@ def caption(
     try:
         path = check_photo(str(photo))
         bank = read_captions(captions) if captions else None
-        hits = run_caption(trained, photo_vector(path, trained, index, _embed_photo(trained)), n, bank)
+        vector = photo_vector(path, trained, index, _embed_photo(trained))
+        hits = run_caption(trained, vector, n, bank, on_compute=lambda count: typer.echo(
+            f"imgtxt: embedding {count} captions for model {trained.model_id}, once (cached for next time)...",
+            err=True))
     except _library_errors() as e:
         fail(str(e))
     print_hits(hits, "caption", as_json)

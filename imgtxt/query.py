@@ -171,8 +171,13 @@ def read_captions(file: Path) -> list[str]:
     return captions
 
 
-def caption_vectors(model, captions: list[str]) -> np.ndarray:
-    """Embeddings of a caption list, cached on disk by model id and caption content (the bank has ~30k)."""
+def caption_vectors(model, captions: list[str], on_compute=None) -> np.ndarray:
+    """Embeddings of a caption list, cached on disk by model id and caption content.
+
+    The default bank is ~30k training captions: minutes of numpy GRU on a busy 2-core CPU, so it is done once
+    per model, in batches of similar-length captions (padding steps are wasted work). `on_compute(n)` is
+    called before a cache miss is computed, for a "this takes a while, once" message.
+    """
     digest = hashlib.sha256("\n".join(captions).encode("utf-8")).hexdigest()[:16]
     path = caption_cache_dir() / f"{model.model_id}-{digest}.npy"
     try:
@@ -181,7 +186,13 @@ def caption_vectors(model, captions: list[str]) -> np.ndarray:
             return cached
     except (OSError, ValueError):
         pass
-    vectors = model.encode_text(captions)
+    if on_compute is not None:
+        on_compute(len(captions))
+    from .vocab import tokenize
+
+    order = np.argsort([len(tokenize(c)) for c in captions], kind="stable")
+    vectors = np.empty((len(captions), model.config["joint"]["embed_dim"]), np.float32)
+    vectors[order] = model.encode_text([captions[i] for i in order], batch_size=128)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
@@ -193,11 +204,12 @@ def caption_vectors(model, captions: list[str]) -> np.ndarray:
     return vectors
 
 
-def caption(model, vector: np.ndarray, n: int = 5, captions: list[str] | None = None) -> list[Hit]:
+def caption(model, vector: np.ndarray, n: int = 5, captions: list[str] | None = None,
+            on_compute=None) -> list[Hit]:
     bank = captions if captions is not None else model.caption_bank()
     if not bank:
         raise QueryError(f"the model in {model.folder} has no caption bank (captions.txt); pass --captions FILE")
-    scores = model.scores(vector[None, :], caption_vectors(model, bank))[0]
+    scores = model.scores(vector[None, :], caption_vectors(model, bank, on_compute))[0]
     order = np.argsort(-scores, kind="stable")
     hits, seen = [], set()
     for i in order:

@@ -265,3 +265,17 @@ def test_search_subprocess_on_examples(library, tmp_path):
     assert len(json_lines(out.stdout)) == 2 and out.stderr == ""
     out = library.subprocess("search", "an astronaut", "--index", tmp_path / "elsewhere")
     assert out.returncode == 1 and out.stderr.startswith("imgtxt: no index at") and out.stdout == ""
+
+
+def test_caption_vectors_are_the_encoder_output_in_input_order(tiny_model, tmp_path, monkeypatch):
+    """The bank is encoded sorted by length (less padding) and cached; neither may change a vector."""
+    from imgtxt.query import caption_vectors
+
+    monkeypatch.setenv("IMGTXT_CACHE_DIR", str(tmp_path))
+    captions = ["a dog running on the beach in the snow with a red ball .", "a cat", "the man .", "a cup of coffee"]
+    computed = []
+    first = caption_vectors(tiny_model, captions, on_compute=computed.append)
+    second = caption_vectors(tiny_model, captions, on_compute=computed.append)
+    assert computed == [4]                                   # computed once, then read from the cache
+    np.testing.assert_allclose(first, tiny_model.encode_text(captions), atol=1e-6)
+    assert np.array_equal(first, second)
