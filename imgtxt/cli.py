@@ -32,6 +32,8 @@ def fail(message: str, code: int = 1) -> None:
 def _need_data_dir(data_dir: Optional[Path], dataset: str) -> Path:
     if data_dir is None:
         fail(f"where is {dataset}? pass --data-dir DIR or set IMGTXT_DATA_DIR", 2)
+    if not data_dir.is_dir():
+        fail(f"{data_dir}: no such folder (pass --data-dir or set IMGTXT_DATA_DIR)", 2)
     return data_dir
 
 

@@ -138,8 +138,17 @@ def _save_best(model: JointModel, data: TrainData, cfg: TrainConfig, folder: Pat
     os.replace(tmp, folder)
 
 
-def train(run_dir: Path | str, data: TrainData, cfg: TrainConfig) -> dict:
-    """Train into run_dir; the best model by val rsum is run_dir/best. Returns its record."""
+def _load_weights(model: JointModel, folder: Path) -> None:
+    from safetensors.numpy import load_file
+
+    tensors = load_file(str(folder / "model.safetensors"))
+    model.import_tensors({k: torch.from_numpy(v.astype(np.float32)) for k, v in tensors.items()})
+
+
+def train(run_dir: Path | str, data: TrainData, cfg: TrainConfig, init_from: Path | None = None) -> dict:
+    """Train into run_dir; the best model by val rsum is run_dir/best. Returns its record.
+
+    init_from: a model folder to start from (e.g. continue a finished run with another loss or lr)."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     state_path, best_dir, log_path = run_dir / "state.pt", run_dir / "best", run_dir / "log.jsonl"
@@ -170,8 +179,12 @@ def train(run_dir: Path | str, data: TrainData, cfg: TrainConfig) -> dict:
         rng.bit_generator.state = state["rng"]
         torch.set_rng_state(state["torch_rng"])
         _log(f"resuming {run_dir}: phase {phase_idx + 1}, after epoch {epoch}, best val rsum {best['rsum']:.1f}")
-    elif best_dir.exists():
-        shutil.rmtree(best_dir)
+    else:
+        if best_dir.exists():
+            shutil.rmtree(best_dir)
+        if init_from is not None:
+            _load_weights(model, Path(init_from))
+            _log(f"starting from {init_from}")
 
     n_images = len(data.train_features)
     per_image = len(data.train_tokens) // n_images
@@ -182,10 +195,7 @@ def train(run_dir: Path | str, data: TrainData, cfg: TrainConfig) -> dict:
             # Phase over: the next one starts from this phase's best model (curriculum).
             phase_idx, epoch, bad_epochs = phase_idx + 1, 0, 0
             if phase_idx < len(cfg.phases):
-                from safetensors.numpy import load_file
-
-                tensors = load_file(str(best_dir / "model.safetensors"))
-                model.import_tensors({k: torch.from_numpy(v.astype(np.float32)) for k, v in tensors.items()})
+                _load_weights(model, best_dir)
                 optimizer = make_optimizer(cfg.phases[phase_idx].lr)
                 _log(f"phase {phase_idx + 1}: {cfg.phases[phase_idx].loss} loss from the best phase-{phase_idx} model")
             continue

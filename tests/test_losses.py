@@ -1,0 +1,64 @@
+"""Each loss against a small example computed by hand."""
+import torch
+
+from imgtxt.losses import cosine_similarity, hinge_loss, order_similarity
+
+# 3 images x 3 captions; the diagonal holds the matching pairs.
+SCORES = torch.tensor([[0.9, 0.5, 0.8],
+                       [0.3, 0.6, 0.7],
+                       [0.1, 0.2, 0.4]])
+MARGIN = 0.2
+
+
+def test_sum_of_hinges_by_hand():
+    # image->caption, row i: sum_k!=i max(0, m - s_ii + s_ik)
+    # row0: (.2-.9+.5)=-.2->0, (.2-.9+.8)=.1 -> .1
+    # row1: (.2-.6+.3)=-.1->0, (.2-.6+.7)=.3 -> .3
+    # row2: (.2-.4+.1)=-.1->0, (.2-.4+.2)=0   -> 0
+    # caption->image, column j: sum_k!=j max(0, m - s_jj + s_kj)
+    # col0: (.2-.9+.3)->0, (.2-.9+.1)->0 -> 0
+    # col1: (.2-.6+.5)=.1, (.2-.6+.2)=-.2->0 -> .1
+    # col2: (.2-.4+.8)=.6, (.2-.4+.7)=.5 -> 1.1
+    expected = 0.1 + 0.3 + 0 + 0 + 0.1 + 1.1
+    assert torch.isclose(hinge_loss(SCORES, MARGIN, "sum"), torch.tensor(expected))
+
+
+def test_max_of_hinges_by_hand():
+    # hardest negative only: rows .1, .3, 0; columns 0, .1, .6
+    expected = 0.1 + 0.3 + 0 + 0 + 0.1 + 0.6
+    assert torch.isclose(hinge_loss(SCORES, MARGIN, "max"), torch.tensor(expected))
+
+
+def test_order_similarity_by_hand():
+    images = torch.tensor([[0.6, 0.8], [1.0, 0.0]])
+    captions = torch.tensor([[0.6, 0.8], [0.0, 1.0], [0.8, 0.6]])
+    s = order_similarity(images, captions)
+    # S(c, i) = -||max(0, c - i)||^2
+    expected = torch.tensor([
+        [0.0, -(0.2 ** 2), -(0.2 ** 2)],
+        [-(0.8 ** 2), -(1.0 ** 2), -(0.6 ** 2)],
+    ])
+    assert torch.allclose(s, expected)
+
+
+def test_order_embedding_losses_use_order_similarity():
+    images = torch.tensor([[0.6, 0.8], [1.0, 0.0]])
+    captions = torch.tensor([[0.6, 0.8], [0.8, 0.6]])
+    s = order_similarity(images, captions)  # [[0, -.04], [-.64, -.36]]
+    margin = 0.05
+    # SOE: rows: max(0,.05-0-.04)=.01 ; max(0,.05+.36-.64)=0 ; cols: max(0,.05-0-.64)=0 ; max(0,.05+.36-.04)=.37
+    assert torch.isclose(hinge_loss(s, margin, "sum"), torch.tensor(0.01 + 0.37))
+    assert torch.isclose(hinge_loss(s, margin, "max"), torch.tensor(0.01 + 0.37))
+
+
+def test_cosine_is_dot_product_of_normalised_vectors():
+    a = torch.nn.functional.normalize(torch.randn(4, 8), dim=1)
+    b = torch.nn.functional.normalize(torch.randn(5, 8), dim=1)
+    assert torch.allclose(cosine_similarity(a, b), torch.nn.functional.cosine_similarity(
+        a.unsqueeze(1), b.unsqueeze(0), dim=2), atol=1e-6)
+
+
+def test_perfect_scores_give_zero_loss():
+    scores = torch.eye(4) * 1.0
+    assert hinge_loss(scores, 0.2, "sum") == 0
+    assert hinge_loss(scores, 0.2, "max") == 0
