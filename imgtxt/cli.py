@@ -107,6 +107,8 @@ def train(
     patience: int = typer.Option(10, help="End a phase after this many epochs without a better val rsum"),
     captions: str = typer.Option("one", help="'one' random caption per image per epoch (paper) or 'all' five"),
     lr: Optional[float] = typer.Option(None, help="Learning rate for every phase (preset: paper's)"),
+    phase2_lr: Optional[float] = typer.Option(None, help="Learning rate of the curriculum's max-loss phase (PH/POE)"),
+    init_from: Optional[Path] = typer.Option(None, help="Start from this model folder (e.g. a finished run's best)"),
     min_count: int = typer.Option(2, help="Words rarer than this in training captions become <unk>"),
     seed: int = typer.Option(0),
     threads: Optional[int] = typer.Option(None, help="torch CPU threads"),
@@ -136,6 +138,10 @@ def train(
         if lr is not None:
             for phase in cfg.phases:
                 phase.lr = lr
+        if phase2_lr is not None:
+            if len(cfg.phases) < 2:
+                fail(f"--phase2-lr needs a curriculum preset (PH, POE), not {preset}", 2)
+            cfg.phases[1].lr = phase2_lr
         data = build_training_data(dataset, data_dir, feature_kind,
                                    FeatureSettings(backbone, layer_set, crops, precision, backbone_weights),
                                    min_count=min_count)
@@ -143,7 +149,9 @@ def train(
         fail(str(e))
     typer.echo(f"training {preset.upper()} on {feature_kind} features {data.train_features.shape}, "
                f"vocabulary {len(data.vocab)} words -> {run_dir}", err=True)
-    best = run_training(run_dir, data, cfg)
+    if init_from:
+        data.extra["init_from"] = str(init_from)
+    best = run_training(run_dir, data, cfg, init_from=init_from)
     if output:
         shutil.rmtree(output, ignore_errors=True)
         shutil.copytree(run_dir / "best", output)

@@ -1,0 +1,59 @@
+"""The shipped default model on real Flickr8k val images (../shared, never committed)."""
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from imgtxt.modelfile import TrainedModel, default_model_dir
+
+FLICKR8K = Path(__file__).resolve().parents[2] / "shared" / "data" / "flickr8k"
+pytestmark = pytest.mark.skipif(not (FLICKR8K / "dataset_flickr8k.json").is_file(),
+                                reason=f"Flickr8k not found at {FLICKR8K}")
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    return TrainedModel.load(default_model_dir())
+
+
+def test_shipped_model_uses_fne_and_is_small(shipped):
+    assert shipped.features["kind"] == "fne"
+    size = sum(p.stat().st_size for p in default_model_dir().iterdir())
+    assert size < 50 * 2 ** 20
+    assert len(shipped.caption_bank()) == 30000
+
+
+def test_shipped_model_on_a_slice_of_flickr8k_val(shipped, tmp_path, monkeypatch):
+    """First 200 val images, features computed from the JPEGs: recall well above chance (R@10 = 5%)."""
+    from imgtxt.datasets import load_split
+    from imgtxt.images import load_square
+    from imgtxt.metrics import evaluate_scores
+    from imgtxt.pipeline import ImageEmbedder
+
+    split = load_split("flickr8k", FLICKR8K, "val")
+    n = 200
+    embedder = ImageEmbedder(shipped)
+    squares = np.stack([load_square(p, embedder.resize_size) for p in split.image_paths[:n]])
+    images = np.concatenate([embedder.embed(squares[s:s + 32]) for s in range(0, n, 32)])
+    captions = shipped.encode_text(split.captions[:5 * n])
+    result = evaluate_scores(shipped.scores(images, captions))
+    # measured with the shipped model when it was trained: rsum 375.9 on this slice (see README)
+    assert result["rsum"] > 340, result
+    assert result["t2i"]["r10"] > 60 and result["i2t"]["r10"] > 70, result
+
+
+def test_eval_cli_reproduces_the_recorded_val_numbers(shipped, tmp_path, monkeypatch):
+    """`imgtxt eval flickr8k --split val` on the shipped model gives its recorded rsum (+-0.5)."""
+    from typer.testing import CliRunner
+
+    from imgtxt.cli import app
+
+    monkeypatch.setenv("IMGTXT_CACHE_DIR", str(tmp_path / "cache"))
+    result = CliRunner().invoke(app, ["eval", "flickr8k", "--data-dir", str(FLICKR8K), "--json"])
+    assert result.exit_code == 0, result.stderr
+    out = json.loads(result.stdout)
+    recorded = json.loads((default_model_dir() / "model.json").read_text())["eval_val"]
+    assert out["images"] == 1000 and out["captions"] == 5000
+    assert out["rsum"] == pytest.approx(recorded["rsum"], abs=0.5)
+    assert out["rsum"] >= 250
