@@ -102,13 +102,27 @@ def load_square(path: Path | str, size: int) -> np.ndarray:
     return np.asarray(image.resize((size, size), Image.BILINEAR), dtype=np.uint8)
 
 
-def iter_squares(paths, size: int, workers: int = 2, prefetch: int = 64):
-    """Yield (path, array or ImageError) in input order, decoding in a thread pool ahead of use.
+def in_order(function, items, workers: int = 2, prefetch: int = 64):
+    """function(item) for each item, computed by a thread pool ahead of use, yielded in input order.
 
-    Pillow releases the GIL while decoding, so threads overlap decoding with the model's batches.
-    """
+    Pillow (and hashlib) release the GIL, so decoding overlaps the CNN's batches."""
     from collections import deque
     from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        pending: deque = deque()
+        for item in items:
+            pending.append((item, pool.submit(function, item)))
+            if len(pending) >= prefetch:
+                item, future = pending.popleft()
+                yield item, future.result()
+        while pending:
+            item, future = pending.popleft()
+            yield item, future.result()
+
+
+def iter_squares(paths, size: int, workers: int = 2, prefetch: int = 64):
+    """Yield (path, array or ImageError) in input order, decoding ahead of use."""
 
     def work(p):
         try:
@@ -116,13 +130,4 @@ def iter_squares(paths, size: int, workers: int = 2, prefetch: int = 64):
         except ImageError as e:
             return e
 
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        pending: deque = deque()
-        for p in paths:
-            pending.append((p, pool.submit(work, p)))
-            if len(pending) >= prefetch:
-                q, fut = pending.popleft()
-                yield q, fut.result()
-        while pending:
-            q, fut = pending.popleft()
-            yield q, fut.result()
+    return in_order(work, paths, workers, prefetch)

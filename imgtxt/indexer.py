@@ -13,15 +13,14 @@ import fcntl
 import hashlib
 import os
 import sys
-from collections import Counter, deque
-from concurrent.futures import ThreadPoolExecutor
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from . import vector_index
-from .images import ImageError, load_rgb, register_heif
+from .images import ImageError, in_order, load_rgb, register_heif
 from .scan import Found, Problem, scan
 from .store import Store, StoreError, is_under, now_iso, path_key, real_path
 
@@ -103,22 +102,6 @@ def decode(work: Work, size: int):
         return e
     except OSError as e:
         return ImageError(f"unreadable ({e})")
-
-
-def in_order(function, items, workers: int, prefetch: int):
-    """function(item) for each item, computed by a thread pool ahead of use, yielded in input order.
-
-    Pillow and hashlib release the GIL, so decoding overlaps the CNN's batches."""
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        pending: deque = deque()
-        for item in items:
-            pending.append((item, pool.submit(function, item)))
-            if len(pending) >= prefetch:
-                item, future = pending.popleft()
-                yield item, future.result()
-        while pending:
-            item, future = pending.popleft()
-            yield item, future.result()
 
 
 class IndexLock:
