@@ -170,7 +170,9 @@ def train(run_dir: Path | str, data: TrainData, cfg: TrainConfig, init_from: Pat
     optimizer = make_optimizer(cfg.phases[0].lr)
     if state_path.is_file():
         state = torch.load(state_path, weights_only=False)
-        if state["config"] != cfg.to_dict() or state["joint"] != joint.to_dict():
+        # The stopping budget (epochs, patience) may change between runs, so a finished run can be continued with
+        # a larger --epochs; anything that changes the training itself may not.
+        if _without_budget(state["config"]) != _without_budget(cfg.to_dict()) or state["joint"] != joint.to_dict():
             raise SystemExit(f"{run_dir} holds a run with other settings; use a new --run-dir or delete it")
         model.load_state_dict(state["model"])
         phase_idx, epoch, best, bad_epochs = state["phase"], state["epoch"], state["best"], state["bad_epochs"]
@@ -250,6 +252,10 @@ def train(run_dir: Path | str, data: TrainData, cfg: TrainConfig, init_from: Pat
              f"epochs of patience left)")
     _log(f"done: best val rsum {best['rsum']:.1f} (phase {best['phase']} epoch {best['epoch']}) -> {best_dir}")
     return best
+
+
+def _without_budget(config: dict) -> dict:
+    return {k: v for k, v in config.items() if k not in ("max_epochs", "patience")}
 
 
 def seed_everything(seed: int) -> None:
