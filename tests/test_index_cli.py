@@ -279,3 +279,18 @@ def test_caption_vectors_are_the_encoder_output_in_input_order(tiny_model, tmp_p
     assert computed == [4]                                   # computed once, then read from the cache
     np.testing.assert_allclose(first, tiny_model.encode_text(captions), atol=1e-6)
     assert np.array_equal(first, second)
+
+
+def test_heic_photos_are_indexed_with_the_heif_extra(library, tmp_path):
+    pillow_heif = pytest.importorskip("pillow_heif", reason="the optional heif extra is not installed")
+    from PIL import Image
+
+    pillow_heif.register_heif_opener()
+    folder = tmp_path / "phone"
+    folder.mkdir()
+    pixels = np.random.default_rng(1).integers(0, 255, (240, 320, 3), dtype=np.uint8)
+    Image.fromarray(pixels).save(folder / "IMG_0001.HEIC")
+    s = summary_of(library.run("index", folder, "--json"))
+    assert (s["added"], s["embedded"], s["skipped"]) == (1, 1, 0)
+    hits = json_lines(library.run("similar", folder / "IMG_0001.HEIC", "--json").stdout)
+    assert hits == []                                # the only indexed photo is itself, left out
