@@ -108,17 +108,21 @@ def _fmt_time(seconds: float) -> str:
 @torch.no_grad()
 def encode_split(model: JointModel, features: np.ndarray, tokens: list[list[int]], batch: int = 1000):
     model.eval()
-    images = torch.cat([model.image(torch.from_numpy(np.asarray(features[s:s + batch])))
+    device = next(model.parameters()).device
+    images = torch.cat([model.image(torch.from_numpy(np.asarray(features[s:s + batch])).to(device))
                         for s in range(0, len(features), batch)])
-    captions = torch.cat([model.text(*pad_batch(tokens[s:s + batch])) for s in range(0, len(tokens), batch)])
-    return images, captions
+    captions = []
+    for s in range(0, len(tokens), batch):
+        padded, lengths = pad_batch(tokens[s:s + batch])
+        captions.append(model.text(padded.to(device), lengths))
+    return images, torch.cat(captions)
 
 
 @torch.no_grad()
 def validate(model: JointModel, features: np.ndarray, tokens: list[list[int]]) -> dict:
     images, captions = encode_split(model, features, tokens)
     scores = torch.cat([model.similarity(images[s:s + 100], captions) for s in range(0, len(images), 100)])
-    return evaluate_scores(scores.numpy())
+    return evaluate_scores(scores.cpu().numpy())
 
 
 def _atomic_torch_save(obj, path: Path) -> None:
@@ -145,10 +149,12 @@ def _load_weights(model: JointModel, folder: Path) -> None:
     model.import_tensors({k: torch.from_numpy(v.astype(np.float32)) for k, v in tensors.items()})
 
 
-def train(run_dir: Path | str, data: TrainData, cfg: TrainConfig, init_from: Path | None = None) -> dict:
+def train(run_dir: Path | str, data: TrainData, cfg: TrainConfig, init_from: Path | None = None,
+          device: str | None = None) -> dict:
     """Train into run_dir; the best model by val rsum is run_dir/best. Returns its record.
 
-    init_from: a model folder to start from (e.g. continue a finished run with another loss or lr)."""
+    init_from: a model folder to start from (e.g. continue a finished run with another loss or lr).
+    device: default CUDA when present, else CPU."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     state_path, best_dir, log_path = run_dir / "state.pt", run_dir / "best", run_dir / "log.jsonl"
@@ -157,7 +163,8 @@ def train(run_dir: Path | str, data: TrainData, cfg: TrainConfig, init_from: Pat
                         embed_dim=cfg.embed_dim, similarity=cfg.similarity, use_abs=cfg.use_abs,
                         image_dropout=cfg.image_dropout)
     torch.manual_seed(cfg.seed)
-    model = JointModel(joint)
+    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    model = JointModel(joint).to(device)
     rng = np.random.default_rng(cfg.seed)
 
     def make_optimizer(lr: float):
@@ -169,7 +176,7 @@ def train(run_dir: Path | str, data: TrainData, cfg: TrainConfig, init_from: Pat
     phase_idx, epoch, best, bad_epochs = 0, 0, {"rsum": -1.0}, 0
     optimizer = make_optimizer(cfg.phases[0].lr)
     if state_path.is_file():
-        state = torch.load(state_path, weights_only=False)
+        state = torch.load(state_path, weights_only=False, map_location="cpu")
         # The stopping budget (epochs, patience) may change between runs, so a finished run can be continued with
         # a larger --epochs; anything that changes the training itself may not.
         if _without_budget(state["config"]) != _without_budget(cfg.to_dict()) or state["joint"] != joint.to_dict():
@@ -218,8 +225,9 @@ def train(run_dir: Path | str, data: TrainData, cfg: TrainConfig, init_from: Pat
             batch = pairs[s:s + cfg.batch_size]
             if len(batch) < 2:
                 continue
-            feats = torch.from_numpy(np.asarray(data.train_features[batch[:, 0]]))
+            feats = torch.from_numpy(np.asarray(data.train_features[batch[:, 0]])).to(device)
             tokens, lengths = pad_batch([data.train_tokens[j] for j in batch[:, 1]])
+            tokens = tokens.to(device)
             scores = model.similarity(model.image(feats), model.text(tokens, lengths))
             loss = hinge_loss(scores, cfg.margin, phase.loss)
             optimizer.zero_grad(set_to_none=True)
