@@ -218,12 +218,33 @@ JsonOpt = typer.Option(False, "--json", help="One JSON object per line on stdout
 
 
 def _library_errors():
+    import sqlite3
+
     from .images import ImageError
     from .modelfile import ModelError
     from .query import QueryError
     from .store import StoreError
 
-    return (StoreError, QueryError, ImageError, ModelError)
+    return (StoreError, QueryError, ImageError, ModelError, sqlite3.DatabaseError)
+
+
+def _fail_on(error: Exception, index_dir: Optional[Path]) -> None:
+    """One line for any library error; an SQLite error names the recovery (a damaged database)."""
+    import sqlite3
+
+    from .store import DB_NAME, classify, resolve_index_dir
+
+    if isinstance(error, sqlite3.DatabaseError):
+        error = classify(error, resolve_index_dir(index_dir) / DB_NAME)
+    fail(str(error))
+
+
+def _print_notices(index) -> None:
+    for line in getattr(index, "notices", []):
+        typer.echo(f"imgtxt: {line}", err=True)
+
+
+NullOpt = typer.Option(False, "-0", "--null", help="Paths only, each ended by a NUL byte (for xargs -0).")
 
 
 def _open_index(index_dir: Optional[Path], required: bool = True):
@@ -264,6 +285,10 @@ def index_photos(
     workers: int = typer.Option(2, min=1, help="Decoding threads."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as one JSON object on stdout."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar and no per-file messages."),
+    prune: bool = typer.Option(False, "--prune", help="Remove the photos of a folder that is missing or empty now "
+                               "(by default they are kept: an unplugged drive looks the same)."),
+    rebuild: bool = typer.Option(False, "--rebuild", help="Build a new database from the photos and swap it in when "
+                                 "complete (for a damaged index; the old file is kept as index.db.damaged)."),
 ):
     """Index photo folders incrementally: new and changed photos are embedded, moved ones recognised."""
     from .indexer import run_index
@@ -274,9 +299,10 @@ def index_photos(
     try:
         summary = run_index(resolve_index_dir(index_dir), [str(p) for p in paths], trained, exclude,
                             batch_size=batch_size, workers=workers, progress=not quiet and sys.stderr.isatty(),
-                            log=log, notice=lambda message: typer.echo(message, err=True))
+                            log=log, notice=lambda message: typer.echo(message, err=True), prune=prune,
+                            rebuild=rebuild)
     except _library_errors() as e:
-        fail(str(e))
+        _fail_on(e, index_dir)
     if as_json:
         out = summary.as_dict()
         out["skipped_files"] = [{"path": p, "reason": r} for p, r in sorted(summary.skipped.items())]
@@ -293,6 +319,7 @@ def search(
     index_dir: Optional[Path] = IndexOpt,
     model: Optional[Path] = QueryModelOpt,
     as_json: bool = JsonOpt,
+    null: bool = NullOpt,
 ):
     """Find photos by sentence."""
     from .output import print_hits
@@ -303,8 +330,9 @@ def search(
     try:
         hits = run_search(index, trained, text, n, min_score)
     except _library_errors() as e:
-        fail(str(e))
-    print_hits(hits, "path", as_json)
+        _fail_on(e, index_dir)
+    _print_notices(index)
+    print_hits(hits, "path", as_json, null=null)
 
 
 @app.command()
@@ -332,7 +360,7 @@ def caption(
             f"imgtxt: embedding {count} captions for model {trained.model_id}, once (cached for next time)...",
             err=True))
     except _library_errors() as e:
-        fail(str(e))
+        _fail_on(e, index_dir)
     print_hits(hits, "caption", as_json)
 
 
@@ -343,6 +371,7 @@ def similar(
     index_dir: Optional[Path] = IndexOpt,
     model: Optional[Path] = QueryModelOpt,
     as_json: bool = JsonOpt,
+    null: bool = NullOpt,
 ):
     """Indexed photos that look most like a photo."""
     from .output import print_hits
@@ -356,8 +385,9 @@ def similar(
         vector = photo_vector(path, trained, index, _embed_photo(trained))
         hits = run_similar(index, trained, vector, n, exclude=path)
     except _library_errors() as e:
-        fail(str(e))
-    print_hits(hits, "path", as_json)
+        _fail_on(e, index_dir)
+    _print_notices(index)
+    print_hits(hits, "path", as_json, null=null)
 
 
 @app.command()
@@ -367,14 +397,17 @@ def status(
     skipped: bool = typer.Option(False, "--skipped", help="Also list the skipped files and why."),
 ):
     """What is indexed: photos, skipped files, model, where the index lives, last run."""
-    from .output import print_status
+    from .output import print_status, printable
 
     index = _open_index(index_dir)
-    print_status(index.status(), as_json)
-    if skipped:
-        for path, reason in index.skipped():
-            sys.stdout.write(json.dumps({"path": path, "reason": reason}, ensure_ascii=False) + "\n" if as_json
-                             else f"{path}\t{reason}\n")
+    try:
+        facts, skipped_rows = index.status(), (index.skipped() if skipped else [])
+    except _library_errors() as e:
+        _fail_on(e, index_dir)
+    print_status(facts, as_json)
+    for path, reason in skipped_rows:
+        sys.stdout.write(json.dumps({"path": path, "reason": reason}, ensure_ascii=False) + "\n" if as_json
+                         else f"{printable(path)}\t{printable(reason)}\n")
 
 
 def main() -> None:  # pragma: no cover - console entry point

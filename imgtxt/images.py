@@ -6,6 +6,8 @@ EXIF orientation is applied so a rotated phone photo is seen upright.
 """
 from __future__ import annotations
 
+import os
+import stat
 import warnings
 from pathlib import Path
 
@@ -43,6 +45,26 @@ class ImageError(Exception):
     """A file that cannot be used as a photo; str(e) is a short reason for the user."""
 
 
+class NotRegularFile(OSError):
+    pass
+
+
+def open_regular(path: Path | str):
+    """A binary file object for a regular file, never anything else.
+
+    O_NONBLOCK makes opening a FIFO (or a device) return at once instead of waiting for a writer, and the type
+    is checked on the open descriptor (fstat), so a file swapped for a FIFO after it was scanned cannot hang
+    a run. For regular files O_NONBLOCK changes nothing."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NotRegularFile(f"{os.fsdecode(path)}: not a regular file")
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def load_rgb(path: Path | str, min_side: int = 256) -> Image.Image:
     """Open a photo as an upright RGB image whose shorter side is still >= min_side if it was.
 
@@ -53,7 +75,7 @@ def load_rgb(path: Path | str, min_side: int = 256) -> Image.Image:
         with warnings.catch_warnings():
             # Pillow warns (instead of raising) for images just over MAX_IMAGE_PIXELS: make it an error.
             warnings.simplefilter("error", Image.DecompressionBombWarning)
-            with Image.open(path) as im:
+            with open_regular(path) as file, Image.open(file) as im:
                 if im.width * im.height > MAX_PIXELS:
                     raise ImageError(f"too many pixels ({im.width}x{im.height}), refusing as a decompression bomb")
                 if im.format == "JPEG":
@@ -80,6 +102,8 @@ def load_rgb(path: Path | str, min_side: int = 256) -> Image.Image:
                 return im
     except ImageError:
         raise
+    except NotRegularFile:
+        raise ImageError("not a regular file") from None
     except FileNotFoundError:
         raise ImageError("file not found") from None
     except PermissionError:

@@ -6,12 +6,18 @@
 - gone from disk: removed. A photo whose old path is gone and whose content reappears elsewhere is a move.
 Every batch is one SQLite transaction, so `kill -9` loses at most the batch in flight; the rerun sees the
 committed photos as unchanged. Annoy is rebuilt from SQLite only at the end of a complete run.
+
+A run only ever touches rows under its own roots: photos of other folders (an unplugged drive) are never
+opened nor removed, and a root that is missing or empty although it held photos keeps them unless
+`prune=True` (an unmounted drive looks exactly like an emptied folder).
 """
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import os
+import sqlite3
 import sys
 from collections import Counter
 from dataclasses import dataclass, field
@@ -20,9 +26,10 @@ from pathlib import Path
 import numpy as np
 
 from . import vector_index
-from .images import ImageError, in_order, load_rgb, register_heif
+from .output import printable
+from .images import ImageError, NotRegularFile, in_order, load_rgb, open_regular, register_heif
 from .scan import Found, Problem, scan
-from .store import Store, StoreError, is_under, now_iso, path_key, real_path
+from .store import DB_NAME, Store, StoreError, classify, is_under, make_private_dir, now_iso, path_key, write_error
 
 
 @dataclass
@@ -37,6 +44,7 @@ class Summary:
     embedded: int = 0                                              # photos that went through the CNN
     indexed: int = 0                                               # photos searchable after the run
     model_note: str = ""
+    kept_offline: dict[str, int] = field(default_factory=dict)     # root -> photos kept although it is missing/empty
 
     def reason_counts(self) -> Counter:
         return Counter(reason.split(" (")[0] for reason in self.skipped.values())
@@ -44,7 +52,8 @@ class Summary:
     def as_dict(self) -> dict:
         return {"added": self.added, "updated": self.updated, "moved": self.moved, "removed": self.removed,
                 "unchanged": self.unchanged, "skipped": len(self.skipped), "embedded": self.embedded,
-                "indexed": self.indexed, "skipped_reasons": dict(self.reason_counts())}
+                "indexed": self.indexed, "skipped_reasons": dict(self.reason_counts()),
+                "kept_offline": dict(self.kept_offline)}
 
     def line(self) -> str:
         text = (f"{self.added} added, {self.updated} updated, {self.moved} moved, {self.removed} removed, "
@@ -63,7 +72,7 @@ class NoPhotos(StoreError):
 def file_hash(path: str) -> str:
     """blake2b of the whole file: any edit changes it, and it is faster than sha256 without SHA CPU extensions."""
     digest = hashlib.blake2b(digest_size=16)
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         while chunk := f.read(1 << 20):
             digest.update(chunk)
     return digest.hexdigest()
@@ -82,6 +91,8 @@ class Work:
 def hash_work(work: Work) -> Work:
     try:
         work.hash = file_hash(work.path)
+    except NotRegularFile:
+        work.error = "not a regular file"
     except OSError as e:
         work.error = "permission denied" if isinstance(e, PermissionError) else f"unreadable ({e.strerror or e})"
     return work
@@ -93,13 +104,15 @@ def decode(work: Work, size: int):
 
     try:
         image = load_rgb(work.path, min_side=size)
-        with Image.open(work.path) as header:   # the true size: draft mode decoded a reduced one
+        with open_regular(work.path) as file, Image.open(file) as header:   # the true size: draft mode decoded a reduced one
             width, height = header.size
         if (image.width < image.height) != (width < height) and image.width != image.height:
             width, height = height, width       # EXIF rotation
         return np.asarray(image.resize((size, size), Image.BILINEAR), dtype=np.uint8), width, height
     except ImageError as e:
         return e
+    except NotRegularFile:
+        return ImageError("not a regular file")
     except OSError as e:
         return ImageError(f"unreadable ({e})")
 
@@ -111,7 +124,15 @@ class IndexLock:
         self.path = Path(index_dir) / "index.lock"
 
     def __enter__(self):
-        self.file = open(self.path, "w")
+        # O_NOFOLLOW and no O_TRUNC: a symbolic link planted as index.lock can neither be followed nor truncate
+        # whatever it points at.
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise StoreError(f"{self.path} is a symbolic link; refusing to use it (remove it)") from None
+            raise write_error(self.path.parent, e) from None
+        self.file = os.fdopen(fd, "r+b")
         try:
             fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -138,49 +159,91 @@ def embedder_for(model):
 
 # --------------------------------------------------------------------------------- the run
 
+REBUILD_NAME = DB_NAME + ".rebuild"
+
+
 def run_index(index_dir: Path, roots: list[str], model, excludes=(), batch_size: int = 32, workers: int = 2,
-              progress: bool = False, log=None, notice=None) -> Summary:
-    """Index `roots` into the index folder. `log` gets per-file messages, `notice` the important ones."""
+              progress: bool = False, log=None, notice=None, prune: bool = False, rebuild: bool = False) -> Summary:
+    """Index `roots` into the index folder. `log` gets per-file messages, `notice` the important ones.
+
+    prune: drop the photos of a root that is missing or empty now. rebuild: build a new database from the
+    photos into index.db.rebuild (a killed rebuild continues where it stopped) and swap it in only when it is
+    complete; the old index.db is kept as index.db.damaged."""
     log = log or (lambda message: print(message, file=sys.stderr))
     roots = [os.path.abspath(r) for r in roots]
-    for root in roots:
-        if not os.path.exists(root):
-            raise StoreError(f"no such folder: {root}")
     register_heif()  # HEIC/HEIF photos when the optional pillow-heif is installed
-    Path(index_dir).mkdir(parents=True, exist_ok=True)
-    with IndexLock(Path(index_dir)):  # before opening the store: a migration must not race another run
-        store = Store(index_dir)
+    index_dir = Path(index_dir)
+    try:
+        make_private_dir(index_dir)
+    except OSError as e:
+        raise write_error(index_dir, e) from None
+    with IndexLock(index_dir):  # before opening the store: a migration must not race another run
+        store = open_rebuild_store(index_dir) if rebuild else Store(index_dir)
         try:
-            run = IndexRun(store, roots, model, batch_size, workers, progress, log, notice or log)
-            return run.execute(list(excludes))
+            run = IndexRun(store, roots, model, batch_size, workers, progress, log, notice or log, prune)
+            summary = run.execute(list(excludes))
+            store.checkpoint()
+        except sqlite3.DatabaseError as e:
+            raise classify(e, store.db_path) from None
         finally:
             store.close()
+        if rebuild:
+            swap_in_rebuild(index_dir)
+        return summary
+
+
+def open_rebuild_store(index_dir: Path) -> Store:
+    try:
+        return Store(index_dir, REBUILD_NAME)  # a partial rebuild from a killed run is continued
+    except StoreError:
+        for suffix in ("", "-wal", "-shm"):
+            (index_dir / (REBUILD_NAME + suffix)).unlink(missing_ok=True)
+        return Store(index_dir, REBUILD_NAME)
+
+
+def swap_in_rebuild(index_dir: Path) -> None:
+    """The complete new database replaces index.db; the old one and its WAL move aside, never deleted."""
+    old, new = index_dir / DB_NAME, index_dir / REBUILD_NAME
+    for suffix in ("-wal", "-shm"):  # the old WAL must not be replayed into the new file
+        if (index_dir / (DB_NAME + suffix)).exists():
+            os.replace(index_dir / (DB_NAME + suffix), index_dir / (DB_NAME + ".damaged" + suffix))
+    if old.exists():
+        os.replace(old, index_dir / (DB_NAME + ".damaged"))
+    os.replace(new, old)
+    for suffix in ("-wal", "-shm"):
+        (index_dir / (REBUILD_NAME + suffix)).unlink(missing_ok=True)  # empty after the checkpoint and close
 
 
 class IndexRun:
     """The phases of one run, in order; each leaves the database consistent (committed in transactions)."""
 
-    def __init__(self, store: Store, roots, model, batch_size, workers, progress, log, notice):
+    def __init__(self, store: Store, roots, model, batch_size, workers, progress, log, notice, prune=False):
         self.store, self.roots, self.model, self.model_id = store, roots, model, model.model_id
         self.root_keys = [path_key(r) for r in roots]
+        self.prune = prune
         self.batch_size, self.workers, self.progress, self.log, self.notice = batch_size, workers, progress, log, notice
         self.summary = Summary()
         self.writes: list = []     # pending database writes (callables), committed together
 
     def execute(self, excludes) -> Summary:
         found, problems = self.scan(excludes)
-        work, vanished = self.compare(found)
-        to_embed = self.reuse_known_content(work, vanished)
+        work, vanished = self.compare(found, problems)
+        to_embed, copies = self.reuse_known_content(work, vanished)
         if to_embed:
             self.embed(to_embed)
+        if copies:
+            self.place_copies(copies)
         self.finish(found, problems, vanished)
         return self.summary
 
     # ------------------------------------------------------------------ bookkeeping
     def commit(self) -> None:
-        with self.store.db.atomic():
-            for write in self.writes:
-                write()
+        try:
+            with self.store.db.atomic():
+                for write in self.writes:
+                    write()
+        except sqlite3.DatabaseError as e:  # disk full, I/O error: the transaction is rolled back, earlier ones kept
+            raise classify(e, self.store.db_path) from None
         self.writes.clear()
 
     def count_added_or_updated(self, w: Work) -> None:
@@ -193,7 +256,7 @@ class IndexRun:
         key = path_key(w.path)
         self.summary.skipped[key] = reason
         self.summary.new_skips.append((key, reason))
-        self.log(f"imgtxt: skipped {key}: {reason}")
+        self.log(f"imgtxt: skipped {printable(key)}: {reason}")
         if w.existing is not None:
             self.summary.removed += 1
         self.writes.append(lambda: self.store.put_skipped(w.path, reason, w.size, w.mtime_ns))
@@ -202,7 +265,8 @@ class IndexRun:
     def scan(self, excludes) -> tuple[dict[str, Found], list[Problem]]:
         found: dict[str, Found] = {}
         problems: list[Problem] = []
-        for entry in scan(self.roots, excludes):
+        roots = [r for r in self.roots if os.path.lexists(r)]
+        for entry in scan(roots, excludes):
             if isinstance(entry, Found):
                 found[path_key(entry.path)] = entry
             else:
@@ -210,9 +274,30 @@ class IndexRun:
         return found, problems
 
     # ------------------------------------------------------------------ 2. compare with the database, opening nothing
-    def compare(self, found: dict[str, Found]) -> tuple[list[Work], set[str]]:
+    def offline_roots(self, found: dict[str, Found], problems: list[Problem], rows: dict) -> list[str]:
+        """Roots that are missing or show nothing although the index holds photos under them: an unmounted
+        drive or an empty mount point. Their photos are kept (counted in the summary) unless --prune."""
+        offline = []
+        for root, key in zip(self.roots, self.root_keys):
+            held = sum(1 for k in rows if is_under(k, [key]))
+            shows_something = any(is_under(k, [key]) for k in found) or \
+                any(is_under(path_key(p.path), [key]) for p in problems)
+            if not os.path.lexists(root) and not held:
+                raise StoreError(f"no such folder: {root}")
+            if held and not shows_something:
+                if self.prune:
+                    self.notice(f"imgtxt: {root} is missing or empty: removing its {held} photos (--prune)")
+                else:
+                    offline.append(key)
+                    self.summary.kept_offline[printable(root)] = held
+                    self.notice(f"imgtxt: {printable(root)} is missing or empty (an unplugged drive?): kept its "
+                                f"{held} photos; pass --prune to remove them")
+        return offline
+
+    def compare(self, found: dict[str, Found], problems: list[Problem]) -> tuple[list[Work], set[str]]:
         rows, skipped = self.store.photo_rows(), self.store.skipped_rows()
         self.rows, self.old_skips = rows, skipped
+        offline = self.offline_roots(found, problems, rows)
         if not found and not any(is_under(k, self.root_keys) for k in rows):
             from .scan import photo_suffixes
 
@@ -220,8 +305,13 @@ class IndexRun:
                            f"(looked for {', '.join(sorted(photo_suffixes()))})")
         others = self.store.other_model_ids(self.model_id)
         if others:
+            outside = sum(1 for k, r in rows.items() if r["model_id"] != self.model_id and not is_under(k, self.root_keys))
             self.summary.model_note = (f"the index holds {sum(others.values())} vectors of another model "
-                                       f"({', '.join(others)}); re-embedding them with {self.model_id}")
+                                       f"({', '.join(others)}); re-embedding those under these folders with "
+                                       f"{self.model_id}")
+            if outside:
+                self.summary.model_note += (f"; {outside} photos outside them are not searchable with this model "
+                                            f"until their folders are indexed again")
             self.notice(f"imgtxt: {self.summary.model_note}")
 
         work: list[Work] = []
@@ -236,51 +326,71 @@ class IndexRun:
                 self.summary.skipped[key] = old_skip["reason"]  # known bad and unchanged: not retried
                 continue
             work.append(Work(entry.path, entry.size, entry.mtime_ns, row))
-        for key, row in rows.items():  # another model's vectors outside these folders: re-embed if the file exists
-            if key not in found and row["model_id"] != self.model_id and not is_under(key, self.root_keys):
-                path = real_path(key, row["path_bytes"])
-                try:
-                    st = os.stat(path)
-                except OSError:
-                    continue  # gone: removed with the other vanished rows
-                work.append(Work(path, st.st_size, st.st_mtime_ns, row))
-        work_keys = {path_key(w.path) for w in work}
-        vanished = {k for k, row in rows.items() if k not in found and k not in work_keys
-                    and (is_under(k, self.root_keys) or not os.path.lexists(real_path(k, row["path_bytes"])))}
+        # Only rows under this run's roots can vanish; rows elsewhere are never opened, stat'ed nor removed
+        # (their drive may be unplugged, and a path the database merely names could be anything, /dev/zero).
+        # A folder that could not be read this time (permissions, a path too long) keeps its photos too.
+        unread = [path_key(p.path) for p in problems if p.reason.startswith(("cannot read folder", "path too long"))]
+        keep = offline + unread
+        vanished = {k for k in rows if k not in found and is_under(k, self.root_keys) and not is_under(k, keep)}
         return work, vanished
 
     # ------------------------------------------------------------------ 3. hash; known content keeps its vector
-    def reuse_known_content(self, work: list[Work], vanished: set[str]) -> list[Work]:
-        """Moves, renames, copies and touched files get the stored vector; returns the photos to embed."""
+    def reuse_known_content(self, work: list[Work], vanished: set[str]) -> tuple[list[Work], list[Work]]:
+        """Moves, renames, copies and touched files get the stored vector. Returns the photos to embed and the
+        copies of those (same bytes, found in this run), which get the vector once it is stored.
+
+        Every decision is O(1): vanished rows by hash from memory, a donor vector by an index lookup."""
         known_hashes = self.store.hashes_with_vectors(self.model_id)
+        vanished_by_hash: dict[str, list[str]] = {}
+        for key in sorted(vanished):
+            row = self.rows[key]
+            if row["model_id"] == self.model_id:
+                vanished_by_hash.setdefault(row["hash"], []).append(key)
         to_embed: list[Work] = []
+        copies: list[Work] = []
+        first_of_hash: set[str] = set()
         for w, _ in in_order(hash_work, work, self.workers, 64):
             if w.error:
                 self.skip(w, w.error)
             elif w.hash not in known_hashes:
-                to_embed.append(w)
+                (copies if w.hash in first_of_hash else to_embed).append(w)
+                first_of_hash.add(w.hash)
             elif w.existing is not None and w.existing["hash"] == w.hash and w.existing["model_id"] == self.model_id:
                 self.summary.unchanged += 1  # touched, same bytes: just note the new mtime
                 self.writes.append(lambda w=w: self.store.move_photo(w.existing["id"], w.path, w.size, w.mtime_ns))
             else:
-                donors = self.store.rows_with_hash(w.hash, self.model_id)
-                moved_from = next((d for d in donors if d["path"] in vanished), None)
-                if moved_from is not None:
-                    vanished.discard(moved_from["path"])
+                candidates = vanished_by_hash.get(w.hash, [])
+                while candidates and candidates[-1] not in vanished:
+                    candidates.pop()
+                if candidates:
+                    old = candidates.pop()
+                    vanished.discard(old)
                     self.summary.moved += 1
                     self.writes.append(
-                        lambda w=w, d=moved_from: self.store.move_photo(d["id"], w.path, w.size, w.mtime_ns))
-                elif donors:
-                    d = donors[0]
-                    self.count_added_or_updated(w)
-                    self.writes.append(lambda w=w, d=d: self.store.put_photo(
-                        w.path, w.size, w.mtime_ns, w.hash, d["width"], d["height"], d["embedding"], self.model_id))
+                        lambda w=w, i=self.rows[old]["id"]: self.store.move_photo(i, w.path, w.size, w.mtime_ns))
                 else:
-                    to_embed.append(w)
+                    self.reuse_vector(w)
             if len(self.writes) >= 256:
                 self.commit()
         self.commit()
-        return to_embed
+        return to_embed, copies
+
+    def reuse_vector(self, w: Work) -> bool:
+        donor = self.store.vector_for_hash(w.hash, self.model_id)
+        if donor is None:
+            return False
+        self.count_added_or_updated(w)
+        self.writes.append(lambda w=w, d=donor: self.store.put_photo(
+            w.path, w.size, w.mtime_ns, w.hash, d["width"], d["height"], d["embedding"], self.model_id))
+        return True
+
+    def place_copies(self, copies: list[Work]) -> None:
+        """Copies of a photo embedded in this run share its vector; if the first copy could not be decoded,
+        the others are tried on their own."""
+        left = [w for w in copies if not self.reuse_vector(w)]
+        self.commit()
+        if left:
+            self.embed(left)
 
     # ------------------------------------------------------------------ 4. decode in threads, embed in batches
     def embed(self, to_embed: list[Work]) -> None:
@@ -330,11 +440,16 @@ class IndexRun:
                 summary.skipped[key] = problem.reason
                 if self.old_skips.get(key, {}).get("reason") != problem.reason:
                     summary.new_skips.append((key, problem.reason))
-                    self.log(f"imgtxt: skipped {key}: {problem.reason}")
+                    self.log(f"imgtxt: skipped {printable(key)}: {problem.reason}")
                 store.put_skipped(problem.path, problem.reason)
         dim = self.model.config["joint"]["embed_dim"]
-        summary.indexed = vector_index.build(store.index_dir, self.model_id, dim, self.model.similarity_kind,
-                                             store.iter_vectors(self.model_id))
+        try:
+            summary.indexed = vector_index.build(store.index_dir, self.model_id, dim, self.model.similarity_kind,
+                                                 store.iter_vectors(self.model_id))
+            facts = vector_index.file_facts(vector_index.index_path(store.index_dir, self.model_id), dim,
+                                            self.model.similarity_kind)
+        except OSError as e:  # disk full while saving Annoy: the database is complete, the old file stays
+            raise write_error(store.index_dir, e) from None
         store.set_meta(model_id=self.model_id, model_folder=str(Path(self.model.folder).resolve()),
                        similarity=self.model.similarity_kind, embed_dim=dim, last_run=now_iso(),
-                       photos=summary.indexed)
+                       photos=summary.indexed, **facts)

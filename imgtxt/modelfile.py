@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +24,68 @@ from .vocab import Vocabulary
 
 FORMAT, FORMAT_VERSION = "imgtxt-model", 1
 WEIGHT_NAMES = ("word_embedding", "gru.weight_ih", "gru.weight_hh", "gru.bias_ih", "gru.bias_hh", "image_projection")
+# backbones.BACKBONES, repeated so that loading a model never imports torch (a test keeps them equal)
+BACKBONE_NAMES = ("efficientnet_lite0", "efficientnet_lite1", "efficientnet_lite2", "vgg16", "resnet50", "resnet152")
+_INT, _STR, _BOOL = (int,), (str,), (bool,)
+CONFIG_SCHEMA = {   # section -> key -> accepted types; checked at load so a bad file fails in one line, at once
+    "joint": {"embed_dim": _INT, "image_dim": _INT, "word_dim": _INT, "similarity": _STR, "use_abs": _BOOL},
+    "features": {"kind": _STR, "backbone": _STR, "backbone_id": _STR, "layer_set": _STR, "crops": _INT,
+                 "precision": _STR, "raw_dim": _INT, "baseline_slice": (list,)},
+}
+
+
+def safe_name(name: str) -> str:
+    """A model name as it may appear in a file name: no separators, no leading dots, nothing odd."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name).lstrip(".")[:64] or "model"
+
+
+def check_config(config, where: Path) -> None:
+    """model.json's structure and values, before anything is computed from them."""
+    if not isinstance(config, dict):
+        raise ModelError(f"{where}: model.json must hold an object")
+    for section, keys in CONFIG_SCHEMA.items():
+        if not isinstance(config.get(section), dict):
+            raise ModelError(f"{where}: model.json lacks the {section!r} section")
+        for key, types in keys.items():
+            value = config[section].get(key)
+            if key not in config[section]:
+                raise ModelError(f"{where}: model.json lacks {section}.{key}")
+            if not isinstance(value, types) or (types is _INT and isinstance(value, bool)):
+                raise ModelError(f"{where}: model.json {section}.{key} has the wrong type ({value!r})")
+    joint, features = config["joint"], config["features"]
+    if joint["similarity"] not in ("cosine", "order"):
+        raise ModelError(f"{where}: model.json joint.similarity must be cosine or order, not {joint['similarity']!r}")
+    if min(joint["embed_dim"], joint["image_dim"], joint["word_dim"], features["raw_dim"], features["crops"]) < 1:
+        raise ModelError(f"{where}: model.json has a size below 1")
+    if features["kind"] not in ("fne", "baseline"):
+        raise ModelError(f"{where}: model.json features.kind must be fne or baseline, not {features['kind']!r}")
+    if features["backbone"] not in BACKBONE_NAMES:
+        raise ModelError(f"{where}: unknown backbone {features['backbone']!r} in model.json; known: "
+                         f"{', '.join(BACKBONE_NAMES)}")
+    if "@" not in features["backbone_id"]:
+        raise ModelError(f"{where}: model.json features.backbone_id must be NAME@WEIGHTS")
+    start_stop = features["baseline_slice"]
+    if len(start_stop) != 2 or not all(isinstance(v, int) for v in start_stop) or \
+            not 0 <= start_stop[0] < start_stop[1] <= features["raw_dim"]:
+        raise ModelError(f"{where}: model.json features.baseline_slice must be [start, stop] within raw_dim")
+    expected = features["raw_dim"] if features["kind"] == "fne" else start_stop[1] - start_stop[0]
+    if joint["image_dim"] != expected:
+        raise ModelError(f"{where}: model.json joint.image_dim {joint['image_dim']} does not match its features "
+                         f"({expected})")
+    if not isinstance(config.get("name", ""), str):
+        raise ModelError(f"{where}: model.json name must be a string")
+
+
+def check_shapes(tensors: dict, joint: dict, vocab_size: int, raw_dim: int, path: Path) -> None:
+    """Every weight's shape against model.json, at load: not after half a minute of CNN work."""
+    h, w = joint["embed_dim"], joint["word_dim"]
+    expected = {"word_embedding": (vocab_size, w), "gru.weight_ih": (3 * h, w), "gru.weight_hh": (3 * h, h),
+                "gru.bias_ih": (3 * h,), "gru.bias_hh": (3 * h,), "image_projection": (h, joint["image_dim"]),
+                "fne.mean": (raw_dim,), "fne.std": (raw_dim,)}
+    for name, shape in expected.items():
+        if name in tensors and tuple(tensors[name].shape) != shape:
+            raise ModelError(f"{path}: tensor {name} has shape {tuple(tensors[name].shape)}, model.json and "
+                             f"vocab.json say {shape}")
 
 
 class ModelError(Exception):
@@ -79,10 +142,11 @@ class TrainedModel:
             raise ModelError(f"{folder}: no model.json (not an imgtxt model folder)") from None
         except json.JSONDecodeError as e:
             raise ModelError(f"{folder / 'model.json'}: not valid JSON ({e})") from None
-        if config.get("format") != FORMAT:
+        if not isinstance(config, dict) or config.get("format") != FORMAT:
             raise ModelError(f"{folder}: model.json is not an imgtxt model")
-        if config.get("version", 0) > FORMAT_VERSION:
+        if not isinstance(config.get("version", 0), int) or config.get("version", 0) > FORMAT_VERSION:
             raise ModelError(f"{folder}: model format v{config['version']} is newer than this imgtxt (v{FORMAT_VERSION}); upgrade imgtxt")
+        check_config(config, folder)
         path = folder / "model.safetensors"
         try:
             tensors = load_file(str(path))
@@ -92,17 +156,13 @@ class TrainedModel:
         missing = [n for n in WEIGHT_NAMES if n not in tensors]
         if missing:
             raise ModelError(f"{path}: missing tensors {missing}")
+        check_shapes(tensors, config["joint"], len(vocab), config["features"]["raw_dim"], path)
         weights = {n: tensors[n].astype(np.float32) for n in WEIGHT_NAMES}
-        joint = config["joint"]
-        if weights["word_embedding"].shape[0] != len(vocab):
-            raise ModelError(f"{folder}: vocab.json has {len(vocab)} words, the model {weights['word_embedding'].shape[0]}")
-        if weights["image_projection"].shape != (joint["embed_dim"], joint["image_dim"]):
-            raise ModelError(f"{path}: image projection shape does not match model.json")
         stats = FeatureStats(tensors["fne.mean"], tensors["fne.std"]) if "fne.mean" in tensors else None
         if config["features"]["kind"] == "fne" and stats is None:
             raise ModelError(f"{path}: an FNE model must carry its feature statistics")
         digest = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
-        model_id = f"{config.get('name', folder.name)}-{digest}"
+        model_id = f"{safe_name(config.get('name') or folder.name)}-{digest}"
         return cls(folder, config, vocab, weights, stats, model_id)
 
     # ------------------------------------------------------------------ properties

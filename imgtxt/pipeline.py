@@ -88,12 +88,16 @@ class ImageEmbedder:
     """Photos -> joint-space vectors with a trained model: its CNN settings, its FNE statistics."""
 
     def __init__(self, model, device: str | None = None, backbone_weights: str | None = None):
+        from .backbones import BackboneError
         from .modelfile import ModelError
 
         f = model.features
         self.model = model
         self.settings = FeatureSettings(f["backbone"], f["layer_set"], f["crops"], f["precision"], backbone_weights)
-        self.extractor = open_extractor(self.settings, device=device)
+        try:
+            self.extractor = open_extractor(self.settings, device=device)
+        except (BackboneError, ValueError) as e:  # unknown backbone or layer set, missing weights: one line
+            raise ModelError(f"{model.folder}: cannot build its image network ({e})") from None
         if self.extractor.backbone.id != f["backbone_id"] and f["backbone_id"].split("@")[1] != "random":
             raise ModelError(
                 f"the model was trained on {f['backbone_id']} features but this backbone is "

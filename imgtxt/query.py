@@ -7,7 +7,9 @@ caller passes a `embed_photo` function for that case.
 from __future__ import annotations
 
 import hashlib
+import math
 import os
+import re
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +17,9 @@ from pathlib import Path
 import numpy as np
 
 from . import vector_index
-from .store import StoreError, open_readonly, path_key, read_meta
+from .store import StoreError, open_readonly, path_key, read_meta, real_path
+
+MAX_QUERY_CHARS = 1000   # a caption is a sentence; a 100,000-character "query" took minutes and 400 MB
 
 
 class QueryError(Exception):
@@ -26,7 +30,8 @@ class QueryError(Exception):
 class Hit:
     rank: int
     score: float
-    value: str      # a path, or a caption
+    value: str      # a path (its key: non-UTF-8 bytes escaped), or a caption
+    real: str | None = None   # the path to open, when it differs from the key
 
 
 class Index:
@@ -35,6 +40,7 @@ class Index:
     def __init__(self, index_dir: Path):
         self.dir = Path(index_dir)
         self.conn = open_readonly(self.dir)
+        self.notices: list[str] = []   # one-line warnings for the user (e.g. a damaged vector file)
         try:
             self.meta = read_meta(self.conn)
         except sqlite3.OperationalError as e:
@@ -60,13 +66,27 @@ class Index:
             raise StoreError(f"the index at {self.dir} was built with model {self.model_id}, not {model.model_id}: "
                              f"run `imgtxt index` with this model to re-embed, or pass the index's --model")
         path = vector_index.index_path(self.dir, model.model_id)
-        if not path.is_file():
+        if self.meta.get("photos", "1") == "0" or (not path.is_file() and "vectors_size" not in self.meta):
             raise StoreError(f"the index at {self.dir} is empty: run `imgtxt index FOLDER` with some photos")
-        return vector_index.VectorIndex(path, model.config["joint"]["embed_dim"], model.similarity_kind)
+        dim = model.config["joint"]["embed_dim"]
+        try:
+            # Checked before Annoy maps the file: Annoy trusts it, and a garbled one crashes the process.
+            vector_index.check_file(path, self.meta)
+            return vector_index.VectorIndex(path, dim, model.similarity_kind, int(self.meta["vectors_items"]))
+        except vector_index.DamagedFile as e:
+            self.notices.append(f"the vector index {path.name} is damaged or out of date ({e}); answering by exact "
+                                f"search, run `imgtxt index FOLDER` to rebuild it")
+        rows = self.conn.execute("SELECT id, embedding FROM photos WHERE model_id = ? ORDER BY id", [model.model_id])
+        return vector_index.ExactIndex(rows, model.similarity_kind)
 
-    def paths(self, ids: list[int]) -> dict[int, str]:
-        marks = ",".join("?" * len(ids))
-        return dict(self.conn.execute(f"SELECT id, path FROM photos WHERE id IN ({marks})", ids).fetchall()) if ids else {}
+    def paths(self, ids: list[int]) -> dict[int, tuple[str, str]]:
+        """id -> (key, path to open), in chunks (SQLite limits the variables of one statement)."""
+        out = {}
+        for start in range(0, len(ids), 500):
+            chunk = ids[start:start + 500]
+            sql = f"SELECT id, path, path_bytes FROM photos WHERE id IN ({','.join('?' * len(chunk))})"
+            out.update({i: (key, real_path(key, raw)) for i, key, raw in self.conn.execute(sql, chunk)})
+        return out
 
     def stored_vector(self, path: str, model_id: str) -> np.ndarray | None:
         """The indexed vector of a photo, if the file is unchanged since it was embedded by this model."""
@@ -94,6 +114,9 @@ class Index:
 def check_query(model, text: str) -> None:
     from .vocab import tokenize
 
+    if len(text) > MAX_QUERY_CHARS:
+        raise QueryError(f"query too long ({len(text)} characters; at most {MAX_QUERY_CHARS}): describe the photo "
+                         f"in a sentence")
     if not text.strip() or not tokenize(text):
         raise QueryError("empty query: describe the photo, e.g. imgtxt search \"a dog running on a beach\"")
     if model.vocab.known_fraction(text) == 0.0:
@@ -102,6 +125,8 @@ def check_query(model, text: str) -> None:
 
 def rank(index: Index, model, vectors: vector_index.VectorIndex, query: np.ndarray, n: int, score_fn,
          min_score: float | None = None, exclude: str | None = None) -> list[Hit]:
+    if min_score is not None and math.isnan(min_score):
+        raise QueryError("--min-score must be a number, not nan")
     ids, candidates = vectors.candidates(query, n + (1 if exclude else 0))
     if not ids:
         return []
@@ -111,10 +136,10 @@ def rank(index: Index, model, vectors: vector_index.VectorIndex, query: np.ndarr
     order = np.argsort(-scores, kind="stable")
     hits = []
     for i in order:
-        path = paths.get(ids[i])
-        if path is None or path == exclude or (min_score is not None and scores[i] < min_score):
+        key, path = paths.get(ids[i], (None, None))
+        if key is None or key == exclude or (min_score is not None and scores[i] < min_score):
             continue
-        hits.append(Hit(len(hits) + 1, float(scores[i]), path))
+        hits.append(Hit(len(hits) + 1, float(scores[i]), key, path))
         if len(hits) == n:
             break
     return hits
@@ -122,6 +147,8 @@ def rank(index: Index, model, vectors: vector_index.VectorIndex, query: np.ndarr
 
 def search(index: Index, model, text: str, n: int = 10, min_score: float | None = None) -> list[Hit]:
     check_query(model, text)
+    if min_score is not None and math.isnan(min_score):
+        raise QueryError("--min-score must be a number, not nan")
     vectors = index.vectors(model)
     query = model.encode_text([text])
     return rank(index, model, vectors, query[0], n, lambda images: model.scores(images, query)[:, 0], min_score)
@@ -179,7 +206,9 @@ def caption_vectors(model, captions: list[str], on_compute=None) -> np.ndarray:
     called before a cache miss is computed, for a "this takes a while, once" message.
     """
     digest = hashlib.sha256("\n".join(captions).encode("utf-8")).hexdigest()[:16]
-    path = caption_cache_dir() / f"{model.model_id}-{digest}.npy"
+    # The model id comes from model.json: only safe characters may reach a file name (no "../").
+    safe_id = re.sub(r"[^A-Za-z0-9_.-]", "_", model.model_id).lstrip(".")
+    path = caption_cache_dir() / f"{safe_id}-{digest}.npy"
     try:
         cached = np.load(path)
         if cached.shape == (len(captions), model.config["joint"]["embed_dim"]):

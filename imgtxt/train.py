@@ -176,7 +176,7 @@ def train(run_dir: Path | str, data: TrainData, cfg: TrainConfig, init_from: Pat
     phase_idx, epoch, best, bad_epochs = 0, 0, {"rsum": -1.0}, 0
     optimizer = make_optimizer(cfg.phases[0].lr)
     if state_path.is_file():
-        state = torch.load(state_path, weights_only=False, map_location="cpu")
+        state = load_state(state_path)
         # The stopping budget (epochs, patience) may change between runs, so a finished run can be continued with
         # a larger --epochs; anything that changes the training itself may not.
         if _without_budget(state["config"]) != _without_budget(cfg.to_dict()) or state["joint"] != joint.to_dict():
@@ -260,6 +260,22 @@ def train(run_dir: Path | str, data: TrainData, cfg: TrainConfig, init_from: Pat
              f"epochs of patience left)")
     _log(f"done: best val rsum {best['rsum']:.1f} (phase {best['phase']} epoch {best['epoch']}) -> {best_dir}")
     return best
+
+
+def load_state(path: Path) -> dict:
+    """state.pt with torch's safe loader: tensors and plain types only, so a planted file cannot run code
+    (the state holds nothing else: numpy's RNG state is a dict of ints, the optimizer's a dict of tensors)."""
+    import pickle
+
+    try:
+        state = torch.load(path, weights_only=True, map_location="cpu")
+    except (pickle.UnpicklingError, RuntimeError, EOFError, OSError, ValueError) as e:
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else e.__class__.__name__
+        raise SystemExit(f"{path}: not a training state imgtxt can load safely ({reason[:200]}); "
+                         f"use a new --run-dir or delete it") from None
+    if not isinstance(state, dict) or not {"model", "optimizer", "rng", "config"} <= set(state):
+        raise SystemExit(f"{path}: not an imgtxt training state; use a new --run-dir or delete it")
+    return state
 
 
 def _without_budget(config: dict) -> dict:
