@@ -13,8 +13,6 @@ opened nor removed, and a root that is missing or empty although it held photos 
 """
 from __future__ import annotations
 
-import errno
-import fcntl
 import hashlib
 import os
 import sqlite3
@@ -29,7 +27,8 @@ from . import vector_index
 from .output import printable
 from .images import ImageError, NotRegularFile, in_order, load_rgb, open_regular, register_heif
 from .scan import Found, Problem, scan
-from .store import DB_NAME, Store, StoreError, classify, is_under, make_private_dir, now_iso, path_key, write_error
+from .index_folder import IndexLock, open_rebuild_store, swap_in_rebuild
+from .store import Store, StoreError, classify, is_under, make_private_dir, now_iso, path_key, write_error
 
 
 @dataclass
@@ -117,34 +116,6 @@ def decode(work: Work, size: int):
         return ImageError(f"unreadable ({e})")
 
 
-class IndexLock:
-    """One index run at a time per index folder; the lock dies with the process (kill -9 included)."""
-
-    def __init__(self, index_dir: Path):
-        self.path = Path(index_dir) / "index.lock"
-
-    def __enter__(self):
-        # O_NOFOLLOW and no O_TRUNC: a symbolic link planted as index.lock can neither be followed nor truncate
-        # whatever it points at.
-        try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        except OSError as e:
-            if e.errno == errno.ELOOP:
-                raise StoreError(f"{self.path} is a symbolic link; refusing to use it (remove it)") from None
-            raise write_error(self.path.parent, e) from None
-        self.file = os.fdopen(fd, "r+b")
-        try:
-            fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            self.file.close()
-            raise StoreError(f"another `imgtxt index` is running on {self.path.parent}; wait for it to finish") from None
-        return self
-
-    def __exit__(self, *exc):
-        fcntl.flock(self.file, fcntl.LOCK_UN)
-        self.file.close()
-
-
 _EMBEDDERS: dict[str, object] = {}
 
 
@@ -158,9 +129,6 @@ def embedder_for(model):
 
 
 # --------------------------------------------------------------------------------- the run
-
-REBUILD_NAME = DB_NAME + ".rebuild"
-
 
 def run_index(index_dir: Path, roots: list[str], model, excludes=(), batch_size: int = 32, workers: int = 2,
               progress: bool = False, log=None, notice=None, prune: bool = False, rebuild: bool = False) -> Summary:
@@ -190,28 +158,6 @@ def run_index(index_dir: Path, roots: list[str], model, excludes=(), batch_size:
         if rebuild:
             swap_in_rebuild(index_dir)
         return summary
-
-
-def open_rebuild_store(index_dir: Path) -> Store:
-    try:
-        return Store(index_dir, REBUILD_NAME)  # a partial rebuild from a killed run is continued
-    except StoreError:
-        for suffix in ("", "-wal", "-shm"):
-            (index_dir / (REBUILD_NAME + suffix)).unlink(missing_ok=True)
-        return Store(index_dir, REBUILD_NAME)
-
-
-def swap_in_rebuild(index_dir: Path) -> None:
-    """The complete new database replaces index.db; the old one and its WAL move aside, never deleted."""
-    old, new = index_dir / DB_NAME, index_dir / REBUILD_NAME
-    for suffix in ("-wal", "-shm"):  # the old WAL must not be replayed into the new file
-        if (index_dir / (DB_NAME + suffix)).exists():
-            os.replace(index_dir / (DB_NAME + suffix), index_dir / (DB_NAME + ".damaged" + suffix))
-    if old.exists():
-        os.replace(old, index_dir / (DB_NAME + ".damaged"))
-    os.replace(new, old)
-    for suffix in ("-wal", "-shm"):
-        (index_dir / (REBUILD_NAME + suffix)).unlink(missing_ok=True)  # empty after the checkpoint and close
 
 
 class IndexRun:

@@ -112,6 +112,7 @@ def test_version_1_keys_are_migrated_to_unique_ones(tmp_path):
     rows = store.photo_rows()
     assert store.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     assert set(rows) == {path_key(raw), path_key("/p/back\\slash.jpg"), "/p/plain.jpg"}
+    assert "/p/back\\\\slash.jpg" in rows                          # the literal backslash is now doubled
     assert {real_path(k, r["path_bytes"]) for k, r in rows.items()} == {raw, "/p/back\\slash.jpg", "/p/plain.jpg"}
 
 
