@@ -124,16 +124,9 @@ class IndexLock:
         self.file.close()
 
 
-_EMBEDDERS: dict[str, object] = {}
-
-
 def embedder_for(model):
-    """One ImageEmbedder per model per process (loading the CNN takes seconds)."""
-    if model.model_id not in _EMBEDDERS:
-        from .pipeline import ImageEmbedder
-
-        _EMBEDDERS[model.model_id] = ImageEmbedder(model)
-    return _EMBEDDERS[model.model_id]
+    """The model's CNN part, loaded once per model object (TrainedModel.image_embedder)."""
+    return model.image_embedder()
 
 
 # --------------------------------------------------------------------------------- the run
