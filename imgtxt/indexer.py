@@ -288,7 +288,8 @@ class IndexRun:
         def embed_batch():
             if batch:
                 squares = np.stack([square for _, (square, _, _) in batch])
-                for (w, (_, width, height)), vector in zip(batch, embedder.embed(squares).astype(np.float32)):
+                vectors = self.model.embed_images(squares).astype(np.float32)
+                for (w, (_, width, height)), vector in zip(batch, vectors):
                     self.count_added_or_updated(w)
                     self.writes.append(lambda w=w, wd=width, ht=height, v=vector.tobytes(): self.store.put_photo(
                         w.path, w.size, w.mtime_ns, w.hash, wd, ht, v, self.model_id))
