@@ -97,6 +97,28 @@ def _print_photos(matches, as_json: bool, preview: bool = False, library=None) -
         print_hits(matches, "path", as_json)
 
 
+class CaptionProgress:
+    """The one-time embedding of a caption bank (minutes for 30,000 captions): a message, then a bar with ETA."""
+
+    def __enter__(self):
+        self.bar = None
+        return self
+
+    def announce(self, count: int) -> None:
+        _say(f"imgtxt: embedding {count} captions once (cached for next time)...")
+
+    def progress(self, done: int, total: int) -> None:
+        from tqdm import tqdm
+
+        if self.bar is None:
+            self.bar = tqdm(total=total, unit="caption", file=sys.stderr, disable=not sys.stderr.isatty())
+        self.bar.update(done - self.bar.n)
+
+    def __exit__(self, *exc):
+        if self.bar is not None:
+            self.bar.close()
+
+
 @app.command("index", rich_help_panel=PHOTOS)
 def index_photos(
     paths: list[Path] = typer.Argument(..., help="Folders (or single photos) to index, recursively."),
@@ -153,24 +175,9 @@ def caption(
     from .output import print_hits
     from .query import read_captions
 
-    bar = {}
-
-    def announce(count: int) -> None:
-        _say(f"imgtxt: embedding {count} captions once (cached for next time)...")
-
-    def progress(done: int, total: int) -> None:
-        from tqdm import tqdm
-
-        if "bar" not in bar:
-            bar["bar"] = tqdm(total=total, unit="caption", file=sys.stderr, disable=not sys.stderr.isatty())
-        bar["bar"].update(done - bar["bar"].n)
-
-    try:
+    with CaptionProgress() as report:
         hits = _library(index_dir, model).caption(photo, n, read_captions(captions) if captions else None,
-                                                  on_compute=announce, progress=progress)
-    finally:
-        if "bar" in bar:
-            bar["bar"].close()
+                                                  on_compute=report.announce, progress=report.progress)
     print_hits(hits, "caption", as_json)
 
 
@@ -219,7 +226,11 @@ def serve(
     """Browse and search the index in a web browser: thumbnails, captions, similar photos."""
     from .web import run
 
-    run(_library(index_dir, model), host, port)
+    library = _library(index_dir, model)
+    library.status()  # no index: say so before anything slow
+    with CaptionProgress() as report:  # photo pages show captions: embed the bank before the first click
+        library.prepare_captions(report.announce, report.progress)
+    run(library, host, port)
 
 
 @app.command(rich_help_panel=PHOTOS)

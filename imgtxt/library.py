@@ -268,6 +268,19 @@ class Library:
             _close(index)
         return [CaptionMatch(h.rank, h.score, h.value) for h in hits]
 
+    def prepare_captions(self, on_compute=None, progress=None) -> None:
+        """Embed the model's caption bank now (once per model, then cached), so the first caption is quick."""
+        from .query import caption_vectors
+
+        index = self._open(required=False)
+        try:
+            model = self._query_model(index)
+        finally:
+            _close(index)
+        bank = model.caption_bank()
+        if bank:
+            caption_vectors(model, bank, on_compute, progress)
+
     # ------------------------------------------------------------------ what is indexed
     def status(self) -> Status:
         index = self._open()
