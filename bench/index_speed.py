@@ -78,12 +78,12 @@ def main() -> None:
         print("  command:", " ".join(cmd))
 
         # The same work in-process, after start-up: the rate a large collection converges to.
-        from imgtxt.indexer import embedder_for, run_index
+        from imgtxt.indexer import run_index
         from imgtxt.modelfile import TrainedModel
 
         trained = TrainedModel.load(model)
         t = time.perf_counter()
-        embedder = embedder_for(trained)
+        embedder = trained.image_embedder()
         startup = time.perf_counter() - t
         t = time.perf_counter()
         run_index(tmp / "index2", [str(tmp / "photos")], trained, log=lambda m: None)

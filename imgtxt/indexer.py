@@ -124,11 +124,6 @@ class IndexLock:
         self.file.close()
 
 
-def embedder_for(model):
-    """The model's CNN part, loaded once per model object (TrainedModel.image_embedder)."""
-    return model.image_embedder()
-
-
 # --------------------------------------------------------------------------------- the run
 
 def run_index(index_dir: Path, roots: list[str], model, excludes=(), batch_size: int = 32, workers: int = 2,
@@ -277,7 +272,7 @@ class IndexRun:
 
     # ------------------------------------------------------------------ 4. decode in threads, embed in batches
     def embed(self, to_embed: list[Work]) -> None:
-        embedder = embedder_for(self.model)
+        embedder = self.model.image_embedder()  # the CNN loads here, only when something needs embedding
         bar = None
         if self.progress:
             from tqdm import tqdm
