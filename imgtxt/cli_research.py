@@ -109,6 +109,7 @@ def train(
     from .pipeline import FeatureSettings, build_training_data
     from .train import preset as make_preset
     from .train import train as run_training
+    from .train import with_learning_rates
 
     folder = _dataset(dataset, data_dir)
     if threads:
@@ -116,16 +117,10 @@ def train(
     if captions not in ("one", "all"):
         raise UsageError("--captions must be 'one' or 'all'")
     try:
-        cfg = make_preset(preset, embed_dim=embed_dim, word_dim=word_dim, image_dropout=image_dropout,
-                          weight_decay=weight_decay, max_epochs=epochs, patience=patience,
-                          captions_per_image=captions, seed=seed)
-        if lr is not None:
-            for phase in cfg.phases:
-                phase.lr = lr
-        if phase2_lr is not None:
-            if len(cfg.phases) < 2:
-                raise UsageError(f"--phase2-lr needs a curriculum preset (PH, POE), not {preset}")
-            cfg.phases[1].lr = phase2_lr
+        cfg = with_learning_rates(
+            make_preset(preset, embed_dim=embed_dim, word_dim=word_dim, image_dropout=image_dropout,
+                        weight_decay=weight_decay, max_epochs=epochs, patience=patience,
+                        captions_per_image=captions, seed=seed), lr, phase2_lr)
         data = build_training_data(dataset, folder, feature_kind,
                                    FeatureSettings(backbone, layer_set, crops, precision, backbone_weights),
                                    min_count=min_count)

@@ -140,3 +140,15 @@ def test_model_folder_resolution(tmp_path, monkeypatch, tiny_model_dir):
     assert paths.model_dir() == tiny_model_dir
     assert paths.model_dir(tmp_path) == tmp_path                           # --model wins over the env var
     assert Library(tmp_path / "i").model.model_id.startswith("tiny-")
+
+
+def test_learning_rate_overrides_leave_presets_alone():
+    from imgtxt.train import PRESETS, preset, with_learning_rates
+
+    before = [p.lr for p in PRESETS["PH"].phases]
+    cfg = with_learning_rates(preset("PH"), lr=1e-5, phase2_lr=3e-6)
+    assert [(p.loss, p.lr) for p in cfg.phases] == [("sum", 1e-5), ("max", 3e-6)]
+    assert [p.lr for p in PRESETS["PH"].phases] == before
+    assert [p.lr for p in with_learning_rates(preset("POE"), phase2_lr=1e-6).phases] == [1e-3, 1e-6]
+    with pytest.raises(ValueError, match="curriculum"):
+        with_learning_rates(preset("MH"), phase2_lr=1e-6)
