@@ -1,11 +1,11 @@
 """Index throughput on generated 12-MP JPEGs: `imgtxt index` end to end vs the bare backbone.
 
-    .venv/bin/python bench/index_speed.py [--photos 64] [--model weights/default]
+    .venv/bin/python bench/index_speed.py [--photos 64] [--model imgtxt/weights/default]
 
 Prints: photos/s of a cold `imgtxt index` run (process start, torch import, decoding, CNN, SQLite, Annoy),
 the steady-state rate without the fixed start-up cost, JPEG decode rate (draft mode, worker threads),
 and the bare CNN's images/s on already-decoded input on this machine. Without --model and without
-weights/default, a tiny model with the real EfficientNet-Lite0 features is used (same CNN cost).
+imgtxt/weights/default, a tiny model with the real EfficientNet-Lite0 features is used (same CNN cost).
 """
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def pick_model(arg: str | None, workdir: Path, embed_dim: int = 512) -> Path:
         return default_model_dir()
     from tiny_model import backbone_facts, build_tiny_model
 
-    print("(no weights/default: using a tiny model with the real EfficientNet-Lite0 features)", file=sys.stderr)
+    print("(no imgtxt/weights/default: using a tiny model with the real EfficientNet-Lite0 features)", file=sys.stderr)
     return build_tiny_model(workdir / "tiny-model", backbone_facts(), embed_dim=embed_dim)
 
 
@@ -78,12 +78,12 @@ def main() -> None:
         print("  command:", " ".join(cmd))
 
         # The same work in-process, after start-up: the rate a large collection converges to.
-        from imgtxt.indexer import embedder_for, run_index
+        from imgtxt.indexer import run_index
         from imgtxt.modelfile import TrainedModel
 
         trained = TrainedModel.load(model)
         t = time.perf_counter()
-        embedder = embedder_for(trained)
+        embedder = trained.image_embedder()
         startup = time.perf_counter() - t
         t = time.perf_counter()
         run_index(tmp / "index2", [str(tmp / "photos")], trained, log=lambda m: None)

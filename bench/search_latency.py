@@ -1,6 +1,6 @@
 """Cold-process `imgtxt search` latency at 1k and 100k indexed vectors, and the Annoy build time at 100k.
 
-    .venv/bin/python bench/search_latency.py [--runs 20] [--sizes 1000,100000] [--model weights/default]
+    .venv/bin/python bench/search_latency.py [--runs 20] [--sizes 1000,100000] [--model imgtxt/weights/default]
 
 The vectors are synthetic (random unit vectors in the model's joint space) written straight into an index
 with the library's own Store and Annoy builder, so only the query path is measured: process start, imports,

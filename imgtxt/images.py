@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageFile, ImageOps
 
+from .errors import ImgtxtError
+
 # Refuse images whose pixel count could exhaust memory (Pillow's own bomb check raises on > 2x this).
 MAX_PIXELS = 180_000_000
 Image.MAX_IMAGE_PIXELS = MAX_PIXELS // 2
@@ -41,7 +43,7 @@ def register_heif() -> bool:
     return True
 
 
-class ImageError(Exception):
+class ImageError(ImgtxtError):
     """A file that cannot be used as a photo; str(e) is a short reason for the user."""
 
 

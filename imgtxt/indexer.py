@@ -116,16 +116,6 @@ def decode(work: Work, size: int):
         return ImageError(f"unreadable ({e})")
 
 
-_EMBEDDERS: dict[str, object] = {}
-
-
-def embedder_for(model):
-    """One ImageEmbedder per model per process (loading the CNN takes seconds)."""
-    if model.model_id not in _EMBEDDERS:
-        from .pipeline import ImageEmbedder
-
-        _EMBEDDERS[model.model_id] = ImageEmbedder(model)
-    return _EMBEDDERS[model.model_id]
 
 
 # --------------------------------------------------------------------------------- the run
@@ -340,7 +330,7 @@ class IndexRun:
 
     # ------------------------------------------------------------------ 4. decode in threads, embed in batches
     def embed(self, to_embed: list[Work]) -> None:
-        embedder = embedder_for(self.model)
+        embedder = self.model.image_embedder()  # the CNN loads here, only when something needs embedding
         bar = None
         if self.progress:
             from tqdm import tqdm
@@ -351,7 +341,8 @@ class IndexRun:
         def embed_batch():
             if batch:
                 squares = np.stack([square for _, (square, _, _) in batch])
-                for (w, (_, width, height)), vector in zip(batch, embedder.embed(squares).astype(np.float32)):
+                vectors = self.model.embed_images(squares).astype(np.float32)
+                for (w, (_, width, height)), vector in zip(batch, vectors):
                     self.count_added_or_updated(w)
                     self.writes.append(lambda w=w, wd=width, ht=height, v=vector.tobytes(): self.store.put_photo(
                         w.path, w.size, w.mtime_ns, w.hash, wd, ht, v, self.model_id))

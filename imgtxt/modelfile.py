@@ -14,11 +14,12 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from .errors import ImgtxtError
 from .fne import FeatureStats, full_network_embedding, l2_normalize
 from .vocab import Vocabulary
 
@@ -88,12 +89,14 @@ def check_shapes(tensors: dict, joint: dict, vocab_size: int, raw_dim: int, path
                              f"vocab.json say {shape}")
 
 
-class ModelError(Exception):
+class ModelError(ImgtxtError):
     """A model folder that is missing, incomplete, or not an imgtxt model."""
 
 
 def default_model_dir() -> Path:
-    return Path(__file__).resolve().parent.parent / "weights" / "default"
+    from .paths import default_model_dir as packaged
+
+    return packaged()
 
 
 def save_model(folder: Path | str, weights: dict[str, np.ndarray], vocab: Vocabulary, config: dict,
@@ -114,6 +117,11 @@ def save_model(folder: Path | str, weights: dict[str, np.ndarray], vocab: Vocabu
     (folder / "model.json").write_text(json.dumps(doc, indent=2), encoding="utf-8")
 
 
+# CNNs already loaded in this process, by model id: loading the same model folder twice (tests, a server)
+# should not pay for the CNN twice.
+_LOADED_CNNS: dict[str, object] = {}
+
+
 def _sigmoid(x: np.ndarray) -> np.ndarray:
     return 0.5 * (np.tanh(0.5 * x) + 1.0)  # overflow-free
 
@@ -126,6 +134,9 @@ class TrainedModel:
     weights: dict[str, np.ndarray]
     stats: FeatureStats | None
     model_id: str
+    # The CNN part (pipeline.ImageEmbedder, torch): loaded on first use, so text-only work never imports torch.
+    _cnn: object = field(default=None, init=False, repr=False, compare=False)
+    on_cnn_load: object = field(default=None, repr=False, compare=False)  # called before the slow first load
 
     # ------------------------------------------------------------------ loading
     @classmethod
@@ -133,7 +144,9 @@ class TrainedModel:
         from safetensors import SafetensorError
         from safetensors.numpy import load_file
 
-        folder = Path(folder) if folder else default_model_dir()
+        from .paths import model_dir
+
+        folder = model_dir(folder)  # --model, else $IMGTXT_MODEL, else the packaged default
         if not folder.is_dir():
             raise ModelError(f"{folder}: no such model folder")
         try:
@@ -183,6 +196,31 @@ class TrainedModel:
         if not path.is_file():
             return []
         return [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+    # ------------------------------------------------------------------ image side (CNN, loaded lazily)
+    def image_embedder(self):
+        """The model's CNN with its feature settings (seconds to load; once per model object)."""
+        if self._cnn is None:
+            self._cnn = _LOADED_CNNS.get(self.model_id)
+        if self._cnn is None:
+            from .pipeline import ImageEmbedder
+
+            if self.on_cnn_load is not None:
+                self.on_cnn_load()
+            self._cnn = _LOADED_CNNS[self.model_id] = ImageEmbedder(self)
+        return self._cnn
+
+    def embed_images(self, squares: np.ndarray) -> np.ndarray:
+        """(B, R, R, 3) uint8 squares of side `image_embedder().resize_size` -> joint vectors (B, D)."""
+        return self.image_embedder().embed(squares)
+
+    def embed_photo(self, path: Path | str) -> np.ndarray:
+        """One photo file -> its joint vector (D,). Raises ImageError for a file that is not a usable photo."""
+        from .images import load_square, register_heif
+
+        register_heif()
+        size = self.image_embedder().resize_size
+        return self.embed_images(load_square(path, size)[None].copy())[0]  # writable for torch
 
     # ------------------------------------------------------------------ encoders (numpy)
     def encode_text(self, texts: list[str], batch_size: int = 512) -> np.ndarray:

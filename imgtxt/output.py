@@ -1,6 +1,7 @@
 """Printing query results: a table on a terminal, tab-separated lines in a pipe, JSON lines with --json.
 
-Results go to stdout and nothing else does, so `imgtxt search ... | cut -f3` and `jq` just work.
+Results go to stdout and nothing else does, so `imgtxt search ... | cut -f3` and `jq` just work. A photo with
+identical copies elsewhere in the index lists them (JSON "copies"; extra tab-separated fields).
 """
 from __future__ import annotations
 
@@ -35,14 +36,20 @@ def print_hits(hits, field: str = "path", as_json: bool = False, out=None, null:
         return
     if as_json:
         for h in hits:
-            out.write(json.dumps({"rank": h.rank, "score": round(h.score, 4), field: h.value}, ensure_ascii=False) + "\n")
+            row = {"rank": h.rank, "score": round(h.score, 4), field: h.value}
+            if getattr(h, "copies", None):
+                row["copies"] = h.copies
+            out.write(json.dumps(row, ensure_ascii=False) + "\n")
     elif out.isatty():
         out.write(f"{'rank':>4}  {'score':>7}  {field}\n")
         for h in hits:
-            out.write(f"{h.rank:>4}  {h.score:>7.3f}  {printable(h.value)}\n")
+            copies = getattr(h, "copies", None)
+            also = f"  (same photo: {', '.join(printable(c) for c in copies)})" if copies else ""
+            out.write(f"{h.rank:>4}  {h.score:>7.3f}  {printable(h.value)}{also}\n")
     else:
-        for h in hits:
-            out.write(f"{h.rank}\t{h.score:.4f}\t{printable(h.value)}\n")
+        for h in hits:  # identical copies as extra fields: `cut -f3` still gets one path per line
+            out.write("\t".join([str(h.rank), f"{h.score:.4f}", printable(h.value),
+                                  *(printable(c) for c in getattr(h, "copies", None) or [])]) + "\n")
     out.flush()
 
 

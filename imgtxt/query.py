@@ -17,12 +17,13 @@ from pathlib import Path
 import numpy as np
 
 from . import vector_index
+from .errors import ImgtxtError
 from .store import StoreError, open_readonly, path_key, read_meta, real_path
 
 MAX_QUERY_CHARS = 1000   # a caption is a sentence; a 100,000-character "query" took minutes and 400 MB
 
 
-class QueryError(Exception):
+class QueryError(ImgtxtError):
     """A query that cannot be answered: empty, no known words, a missing photo."""
 
 
@@ -182,10 +183,9 @@ def similar(index: Index, model, vector: np.ndarray, n: int = 10, exclude: str |
 
 
 def caption_cache_dir() -> Path:
-    if os.environ.get("IMGTXT_CACHE_DIR"):
-        return Path(os.environ["IMGTXT_CACHE_DIR"]) / "captions"
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "imgtxt" / "captions"
+    from .paths import cache_dir
+
+    return cache_dir() / "captions"
 
 
 def read_captions(file: Path) -> list[str]:
@@ -198,12 +198,13 @@ def read_captions(file: Path) -> list[str]:
     return captions
 
 
-def caption_vectors(model, captions: list[str], on_compute=None) -> np.ndarray:
+def caption_vectors(model, captions: list[str], on_compute=None, progress=None) -> np.ndarray:
     """Embeddings of a caption list, cached on disk by model id and caption content.
 
     The default bank is ~30k training captions: minutes of numpy GRU on a busy 2-core CPU, so it is done once
     per model, in batches of similar-length captions (padding steps are wasted work). `on_compute(n)` is
-    called before a cache miss is computed, for a "this takes a while, once" message.
+    called before a cache miss is computed, for a "this takes a while, once" message; `progress(done, total)`
+    after each chunk of captions, for a progress bar.
     """
     digest = hashlib.sha256("\n".join(captions).encode("utf-8")).hexdigest()[:16]
     # The model id comes from model.json: only safe characters may reach a file name (no "../").
@@ -221,7 +222,12 @@ def caption_vectors(model, captions: list[str], on_compute=None) -> np.ndarray:
 
     order = np.argsort([len(tokenize(c)) for c in captions], kind="stable")
     vectors = np.empty((len(captions), model.config["joint"]["embed_dim"]), np.float32)
-    vectors[order] = model.encode_text([captions[i] for i in order], batch_size=128)
+    chunk = 2048
+    for start in range(0, len(order), chunk):
+        part = order[start:start + chunk]
+        vectors[part] = model.encode_text([captions[i] for i in part], batch_size=128)
+        if progress is not None:
+            progress(start + len(part), len(order))
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
@@ -234,11 +240,11 @@ def caption_vectors(model, captions: list[str], on_compute=None) -> np.ndarray:
 
 
 def caption(model, vector: np.ndarray, n: int = 5, captions: list[str] | None = None,
-            on_compute=None) -> list[Hit]:
+            on_compute=None, progress=None) -> list[Hit]:
     bank = captions if captions is not None else model.caption_bank()
     if not bank:
         raise QueryError(f"the model in {model.folder} has no caption bank (captions.txt); pass --captions FILE")
-    scores = model.scores(vector[None, :], caption_vectors(model, bank, on_compute))[0]
+    scores = model.scores(vector[None, :], caption_vectors(model, bank, on_compute, progress))[0]
     order = np.argsort(-scores, kind="stable")
     hits, seen = [], set()
     for i in order:

@@ -20,13 +20,16 @@ import sqlite3
 from datetime import datetime, timezone
 from pathlib import Path
 
+from . import paths
+from .errors import ImgtxtError
+
 INDEX_ENV = "IMGTXT_INDEX_DIR"
 DB_NAME = "index.db"
 SCHEMA_VERSION = 2
 QUICK_CHECK_MAX_BYTES = 32 << 20   # a read-only open verifies the file's structure up to this size (~0.1 s)
 
 
-class StoreError(Exception):
+class StoreError(ImgtxtError):
     """An index that cannot be used: missing, empty, locked, damaged, or written by a newer imgtxt."""
 
 
@@ -68,14 +71,11 @@ def make_private_dir(folder: Path) -> None:
 
 
 def default_index_dir() -> Path:
-    if os.environ.get(INDEX_ENV):
-        return Path(os.environ[INDEX_ENV])
-    base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
-    return Path(base) / "imgtxt"
+    return paths.index_dir()
 
 
 def resolve_index_dir(option: Path | str | None) -> Path:
-    return Path(option) if option else default_index_dir()
+    return paths.index_dir(option)
 
 
 def now_iso() -> str:

@@ -81,6 +81,17 @@ def preset(name: str, **overrides) -> TrainConfig:
     return replace(PRESETS[name], **{k: v for k, v in overrides.items() if v is not None})
 
 
+def with_learning_rates(cfg: TrainConfig, lr: float | None = None, phase2_lr: float | None = None) -> TrainConfig:
+    """A copy of cfg with every phase at `lr` and/or the curriculum's max-loss phase at `phase2_lr` (new Phase
+    objects: the presets' own must not change)."""
+    phases = [Phase(p.loss, lr if lr is not None else p.lr) for p in cfg.phases]
+    if phase2_lr is not None:
+        if len(phases) < 2:
+            raise ValueError("--phase2-lr needs a curriculum preset (PH, POE)")
+        phases[1].lr = phase2_lr
+    return replace(cfg, phases=phases)
+
+
 @dataclass
 class TrainData:
     """Everything training needs, already featurised: features row i has captions 5i..5i+4."""
