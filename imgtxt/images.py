@@ -51,20 +51,25 @@ class NotRegularFile(OSError):
     pass
 
 
-def open_regular(path: Path | str):
-    """A binary file object for a regular file, never anything else.
+def regular_opener(path, flags: int = os.O_RDONLY) -> int:
+    """An `opener` for open() that accepts regular files only.
 
     O_NONBLOCK makes opening a FIFO (or a device) return at once instead of waiting for a writer, and the type
     is checked on the open descriptor (fstat), so a file swapped for a FIFO after it was scanned cannot hang
     a run. For regular files O_NONBLOCK changes nothing."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    fd = os.open(path, flags | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise NotRegularFile(f"{os.fsdecode(path)}: not a regular file")
-        return os.fdopen(fd, "rb")
     except BaseException:
         os.close(fd)
         raise
+    return fd
+
+
+def open_regular(path: Path | str):
+    """A binary file object for a regular file, never anything else (see regular_opener)."""
+    return open(path, "rb", opener=regular_opener)
 
 
 def load_rgb(path: Path | str, min_side: int = 256) -> Image.Image:

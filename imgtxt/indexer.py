@@ -24,10 +24,10 @@ from pathlib import Path
 import numpy as np
 
 from . import vector_index
-from .output import printable
-from .images import ImageError, NotRegularFile, in_order, load_rgb, open_regular, register_heif
-from .scan import Found, Problem, scan
+from .images import ImageError, NotRegularFile, in_order, load_rgb, open_regular, register_heif, regular_opener
 from .index_folder import IndexLock, open_rebuild_store, swap_in_rebuild
+from .output import printable
+from .scan import Found, Problem, scan
 from .store import Store, StoreError, classify, is_under, make_private_dir, now_iso, path_key, write_error
 
 
@@ -71,7 +71,7 @@ class NoPhotos(StoreError):
 def file_hash(path: str) -> str:
     """blake2b of the whole file: any edit changes it, and it is faster than sha256 without SHA CPU extensions."""
     digest = hashlib.blake2b(digest_size=16)
-    with open_regular(path) as f:
+    with open(path, "rb", opener=regular_opener) as f:   # never blocks on a FIFO or device
         while chunk := f.read(1 << 20):
             digest.update(chunk)
     return digest.hexdigest()
@@ -103,7 +103,7 @@ def decode(work: Work, size: int):
 
     try:
         image = load_rgb(work.path, min_side=size)
-        with open_regular(work.path) as file, Image.open(file) as header:   # the true size: draft mode decoded a reduced one
+        with open_regular(work.path) as file, Image.open(file) as header:   # draft mode decoded a reduced size
             width, height = header.size
         if (image.width < image.height) != (width < height) and image.width != image.height:
             width, height = height, width       # EXIF rotation
@@ -131,6 +131,9 @@ def run_index(index_dir: Path, roots: list[str], model, excludes=(), batch_size:
     roots = [os.path.abspath(r) for r in roots]
     register_heif()  # HEIC/HEIF photos when the optional pillow-heif is installed
     index_dir = Path(index_dir)
+    missing = [r for r in roots if not os.path.lexists(r)]
+    if missing and not (index_dir / "index.db").exists():  # nothing can be kept for it: a typo, say so now
+        raise StoreError(f"no such folder: {missing[0]}")
     try:
         make_private_dir(index_dir)
     except OSError as e:

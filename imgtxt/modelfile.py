@@ -159,13 +159,13 @@ class TrainedModel:
             raise ModelError(f"{folder}: model.json is not an imgtxt model")
         if not isinstance(config.get("version", 0), int) or config.get("version", 0) > FORMAT_VERSION:
             raise ModelError(f"{folder}: model format v{config['version']} is newer than this imgtxt (v{FORMAT_VERSION}); upgrade imgtxt")
-        check_config(config, folder)
         path = folder / "model.safetensors"
         try:
             tensors = load_file(str(path))
             vocab = Vocabulary.load(folder / "vocab.json")
         except (FileNotFoundError, SafetensorError, ValueError, KeyError, OSError) as e:
             raise ModelError(f"{folder}: unreadable model files ({e})") from None
+        check_config(config, folder)
         missing = [n for n in WEIGHT_NAMES if n not in tensors]
         if missing:
             raise ModelError(f"{path}: missing tensors {missing}")
