@@ -323,6 +323,30 @@ def search(
     print_hits(hits, "path", as_json)
 
 
+class CaptionProgress:
+    """The first `caption` with a model embeds its whole caption bank (minutes): say so, with a bar and an ETA."""
+
+    def __init__(self, model_id: str):
+        self.model_id, self.bar, self.done = model_id, None, 0
+
+    def start(self, count: int) -> None:
+        from tqdm import tqdm
+
+        typer.echo(f"imgtxt: embedding {count} captions for model {self.model_id}, once (cached for next time)",
+                   err=True)
+        self.bar = tqdm(total=count, unit="caption", file=sys.stderr, dynamic_ncols=True, smoothing=0.1,
+                        mininterval=1.0)
+
+    def update(self, done: int) -> None:
+        if self.bar is not None:
+            self.bar.update(done - self.done)
+            self.done = done
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
 @app.command()
 def caption(
     photo: Path = typer.Argument(..., help="A photo (need not be indexed)."),
@@ -344,9 +368,11 @@ def caption(
         path = check_photo(str(photo))
         bank = read_captions(captions) if captions else None
         vector = photo_vector(path, trained, index, _embed_photo(trained))
-        hits = run_caption(trained, vector, n, bank, on_compute=lambda count: typer.echo(
-            f"imgtxt: embedding {count} captions for model {trained.model_id}, once (cached for next time)...",
-            err=True))
+        bar = CaptionProgress(trained.model_id)
+        try:
+            hits = run_caption(trained, vector, n, bank, on_compute=bar.start, progress=bar.update)
+        finally:
+            bar.close()
     except _library_errors() as e:
         fail(str(e))
     print_hits(hits, "caption", as_json)

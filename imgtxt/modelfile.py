@@ -252,3 +252,15 @@ def order_scores(images: np.ndarray, captions: np.ndarray, chunk: int = 64) -> n
         diff = captions[None, :, :] - images[s:s + chunk, None, :]
         out[s:s + chunk] = -np.square(np.maximum(diff, 0)).sum(axis=2)
     return out
+
+
+def resave_model(src: Path | str, dst: Path | str, int8: tuple[str, ...] = (), update: dict | None = None) -> None:
+    """Copy a model folder with another storage choice (int8 tensors) and extra model.json keys (name, recipe)."""
+    src, dst = Path(src), Path(dst)
+    model = TrainedModel.load(src)
+    config = {k: v for k, v in model.config.items() if k not in ("format", "version", "weights_sha256")}
+    config.update(update or {})
+    names = text_encoders.tensor_names(text_encoders.text_config_of(config)) + [IMAGE_PROJECTION]
+    weights = {n: np.asarray(model.tensors[n], dtype=np.float32) for n in names}
+    files = {n: (src / n).read_bytes() for n in ("vocab.json", "tokenizer.json") if (src / n).is_file()}
+    save_model(dst, weights, None, config, model.stats, model.caption_bank(), files=files, int8=int8)
