@@ -21,6 +21,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-dir", required=True)
     parser.add_argument("--model", action="append", required=True)
+    parser.add_argument("--precision", default=None, help="feature precision for every model (default: each "
+                        "model's own); fp32 reads the cache the MiniLM models were trained on")
     args = parser.parse_args()
 
     import numpy as np
@@ -39,7 +41,8 @@ def main() -> None:
         model = TrainedModel.load(folder)
         names.append(model.config.get("name", folder))
         f = model.features
-        raw, _ = raw_split_features(split, FeatureSettings(f["backbone"], f["layer_set"], f["crops"], f["precision"]),
+        raw, _ = raw_split_features(split, FeatureSettings(f["backbone"], f["layer_set"], f["crops"],
+                                                                args.precision or f["precision"]),
                                     quiet=True)
         images = model.encode_raw_images(raw)
         for q in QUERIES:

@@ -379,3 +379,29 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
+
+
+def average_saved_snapshots(run_dir: Path | str, out: Path | str) -> list[int]:
+    """Offline twin of the end-of-training average, for a run stopped early: run_dir/best with its trainable
+    weights replaced by the mean of run_dir/snapshots, written to `out` (evaluate it with `imgtxt eval`)."""
+    from .modelfile import TrainedModel, save_model
+
+    run_dir = Path(run_dir)
+    best = TrainedModel.load(run_dir / "best")
+    joint = JointConfig(**best.config["joint"])
+    model = JointModel(joint)
+    _load_weights(model, run_dir / "best")
+    snaps = [torch.load(p, weights_only=False, map_location="cpu") for p in sorted((run_dir / "snapshots").glob("*.pt"))]
+    with torch.no_grad():
+        params = dict(model.named_parameters())
+        for name in snaps[0]["state"]:
+            params[name].copy_(torch.stack([s["state"][name] for s in snaps]).mean(0))
+    epochs = sorted(s["epoch"] for s in snaps)
+    config = {k: v for k, v in best.config.items() if k not in ("format", "version", "weights_sha256")}
+    config["metrics"] = {"averaged_epochs": epochs, "note": "val rsum: see eval_val"}
+    files = {n: (run_dir / "best" / n).read_bytes() for n in ("vocab.json", "tokenizer.json")
+             if (run_dir / "best" / n).is_file()}
+    weights = {k: v.detach().numpy() for k, v in model.export_tensors().items()}
+    save_model(out, weights, None, config, best.stats, best.caption_bank(), files=files,
+               int8=tuple(config.get("training", {}).get("int8", ())))
+    return epochs

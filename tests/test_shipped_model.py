@@ -24,6 +24,16 @@ def test_shipped_model_uses_fne_and_is_small(shipped):
     assert len(shipped.caption_bank()) == 30000
 
 
+def test_shipped_model_takes_words_flickr8k_never_used(shipped):
+    """The default model's text side is a sub-word sentence encoder: no query is refused for unknown words, and
+    "puppy"-like words land near "dog" (README: the synonyms table measures it on val)."""
+    assert shipped.config["text"]["kind"] == "minilm"
+    assert shipped.check_query("a kitten asleep on the sofa") is None
+    assert shipped.check_query("?!") is not None
+    dog, pooch, bike = shipped.encode_text(["a dog", "a pooch", "a bicycle"])
+    assert pooch @ dog > pooch @ bike + 0.1
+
+
 def test_shipped_model_on_a_slice_of_flickr8k_val(shipped, tmp_path, monkeypatch):
     """First 200 val images, features computed from the JPEGs: recall well above chance (R@10 = 5%)."""
     from imgtxt.datasets import load_split
