@@ -4,7 +4,7 @@
     .venv/bin/python bench/search_latency.py --sizes 1000 --before dae7875 --before-model OLD_MODEL_DIR
 
 With --before, the same searches also run with the code of git revision REV (extracted with `git archive`
-into a temporary folder, imported first via PYTHONPATH) on its own model, interleaved run by run with this
+into a temporary folder and imported instead of this checkout) on its own model, interleaved run by run with this
 checkout's, and every median is printed as a ratio to a cold `python -c 'import numpy'` timed in the same loop.
 
 The vectors are synthetic (random unit vectors in the model's joint space) written straight into an index
@@ -53,6 +53,14 @@ def fake_index(index_dir: Path, model, n: int) -> float:
     return build
 
 
+# The editable install's import hook would win over PYTHONPATH: drop it when another checkout is to be run.
+RUN_CLI = ("import os, sys\n"
+           "if os.environ.get('IMGTXT_BENCH_CODE'):\n"
+           "    sys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in repr(f).lower()]\n"
+           "    sys.path.insert(0, os.environ['IMGTXT_BENCH_CODE'])\n"
+           "from imgtxt.cli import app; app()")
+
+
 def timed(cmd: list[str], env: dict | None = None) -> tuple[float, str]:
     t = time.perf_counter()
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
@@ -85,7 +93,7 @@ def main() -> None:
         variants = [("this checkout", TrainedModel.load(pick_model(args.model, tmp)), None)]
         if args.before:
             old_code = checkout(args.before, tmp / "before")
-            env = {**os.environ, "PYTHONPATH": str(old_code)}
+            env = {**os.environ, "IMGTXT_BENCH_CODE": str(old_code)}
             variants.append((f"{args.before}", TrainedModel.load(args.before_model or pick_model(None, tmp)), env))
         for name, model, _ in variants:
             print(f"{name}: model {model.model_id}: joint space {model.config['joint']['embed_dim']}-d, "
@@ -96,8 +104,7 @@ def main() -> None:
             for name, model, env in variants:
                 index_dir = tmp / f"index-{n}-{len(cmds)}"
                 build = fake_index(index_dir, model, n)
-                cmd = [python, "-c", "from imgtxt.cli import app; app()", "search", args.query, "--index",
-                       str(index_dir)]
+                cmd = [python, "-c", RUN_CLI, "search", args.query, "--index", str(index_dir)]
                 cmds.append((name, cmd, env, build))
                 _, out = timed(cmd, env)  # warm the OS file cache, as a second search would
                 assert len(out.splitlines()) == 10, out

@@ -311,6 +311,12 @@ def search(
     as_json: bool = JsonOpt,
 ):
     """Find photos by sentence."""
+    import os
+
+    # One query is a few dozen small matmuls: a BLAS thread pool only adds wake-ups, which cost most on a busy
+    # machine. Set before numpy loads (search never imports it earlier); a user's own setting wins.
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, "1")
     from .output import print_hits
     from .query import search as run_search
 
