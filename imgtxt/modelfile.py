@@ -224,11 +224,14 @@ class TrainedModel:
         path = folder / "model.safetensors"
         try:
             tensors = LazyTensors(path)
-            text_config = text_encoders.text_config_of(config)
-            names = text_encoders.tensor_names(text_config)
         except (FileNotFoundError, SafetensorError, ValueError, KeyError, OSError) as e:
             raise ModelError(f"{folder}: unreadable model files ({e})") from None
         check_config(config, folder)
+        try:
+            text_config = text_encoders.text_config_of(config)
+            names = text_encoders.tensor_names(text_config)
+        except (ValueError, KeyError, TypeError) as e:
+            raise ModelError(f"{folder}: model.json has an unusable text encoder section ({e})") from None
         missing = [n for n in names + [IMAGE_PROJECTION] if n not in tensors]
         if missing:
             raise ModelError(f"{path}: missing tensors {missing}")

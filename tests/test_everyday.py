@@ -127,10 +127,10 @@ def test_caption_progress_reaches_the_total(tiny_model, tmp_path, monkeypatch):
     captions = [f"a dog number {i} on the beach" for i in range(5000)]
     seen = []
     caption_vectors(tiny_model, captions[:300] * 1, progress=lambda done, total: seen.append((done, total)))
-    assert seen == [(300, 300)]
+    assert seen == [(128, 300), (256, 300), (300, 300)]     # after each batch of 128 captions
     seen.clear()
     caption_vectors(tiny_model, captions[:4500], progress=lambda done, total: seen.append((done, total)))
-    assert seen == [(2048, 4500), (4096, 4500), (4500, 4500)]
+    assert seen == [(min(done, 4500), 4500) for done in range(128, 4500 + 128, 128)]
 
 
 def test_preview_falls_back_to_text_off_a_terminal_and_draws_on_one(library, tmp_path, monkeypatch):
