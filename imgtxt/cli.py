@@ -208,6 +208,20 @@ def backbone_download(name: str = typer.Argument(..., help="vgg16, resnet50 or r
 
 
 # ============================================================================ photo library (issue 3)
+@app.command("export-cnn")
+def export_cnn(model: Optional[Path] = typer.Argument(None, help="Model folder (default: the shipped model).")):
+    """Write MODEL_DIR/cnn.onnx: the model's CNN for ONNX Runtime, so `imgtxt index` runs without torch."""
+    from .backbones import BackboneError
+    from .cnn_export import export_for_model
+
+    trained = load_model(model)
+    try:
+        path = export_for_model(trained)
+    except (BackboneError, OSError) as e:
+        fail(f"could not export the CNN: {e}")
+    typer.echo(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
+
+
 # index / search / caption / similar / status. Imports stay inside the commands: search, status and
 # similar/caption of an indexed photo never import torch (tests/test_index_cli.py checks it).
 

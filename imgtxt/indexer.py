@@ -130,9 +130,14 @@ _EMBEDDERS: dict[str, object] = {}
 def embedder_for(model):
     """One ImageEmbedder per model per process (loading the CNN takes seconds)."""
     if model.model_id not in _EMBEDDERS:
-        from .pipeline import ImageEmbedder
+        from .cnn_runtime import onnx_embedder
 
-        _EMBEDDERS[model.model_id] = ImageEmbedder(model)
+        embedder = onnx_embedder(model)  # torch-free when the CNN graph exists (or can be exported)
+        if embedder is None:
+            from .pipeline import ImageEmbedder
+
+            embedder = ImageEmbedder(model)
+        _EMBEDDERS[model.model_id] = embedder
     return _EMBEDDERS[model.model_id]
 
 
