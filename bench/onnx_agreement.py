@@ -24,7 +24,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from imgtxt.cnn_export import export_for_model
-    from imgtxt.cnn_runtime import OnnxFeatureExtractor
+    from imgtxt.cnn_runtime import OnnxFeatureExtractor, available_backends
     from imgtxt.datasets import CAPTIONS_PER_IMAGE, load_split
     from imgtxt.feature_cache import FeatureSpec, cached_features
     from imgtxt.fne import full_network_embedding
@@ -38,32 +38,35 @@ def main() -> None:
     torch_raw = cached_features("flickr8k", split, FeatureSpec(f["backbone_id"], f["layer_set"], f["crops"], "fp32"))
     if torch_raw is None:
         raise SystemExit("no cached fp32 val features: run `imgtxt features flickr8k --precision fp32` first")
-    with tempfile.TemporaryDirectory() as tmp:
-        extractor = OnnxFeatureExtractor(export_for_model(model, Path(tmp) / "cnn.onnx"), args.threads)
-        start, out, batch = time.perf_counter(), [], []
-        for path, square in iter_squares(split.image_paths, extractor.resize_size):
-            if isinstance(square, ImageError):
-                raise SystemExit(f"{path}: {square}")
-            batch.append(square)
-            if len(batch) == 32:
-                out.append(extractor.raw_features(np.stack(batch)))
-                batch = []
-        if batch:
-            out.append(extractor.raw_features(np.stack(batch)))
-        onnx_raw = np.concatenate(out)
-        seconds = time.perf_counter() - start
+    squares = []
+    for path, square in iter_squares(split.image_paths, 256):
+        if isinstance(square, ImageError):
+            raise SystemExit(f"{path}: {square}")
+        squares.append(square)
+    squares = np.stack(squares)
     torch_raw = np.asarray(torch_raw)
-    diff = np.abs(onnx_raw - torch_raw)
-    a, b = full_network_embedding(torch_raw, model.stats), full_network_embedding(onnx_raw, model.stats)
-    print(f"{len(split)} val images, ONNX features in {seconds:.0f} s (decode included); load {os.getloadavg()[0]:.1f}")
-    print(f"raw features: max abs diff {diff.max():.2e} (largest value {np.abs(torch_raw).max():.1f}), "
-          f"mean abs diff {diff.mean():.2e}")
-    print(f"discretized FNE: {100 * np.mean(a == b):.4f}% of entries identical, "
-          f"{100 * np.mean(np.abs(a.astype(int) - b) == 2):.4f}% flipped sign")
     captions = model.encode_text(split.captions)
-    for name, raw in (("torch fp32 (cached)", torch_raw), ("ONNX Runtime fp32", onnx_raw)):
+
+    def report(name, raw):
         r = evaluate_scores(model.scores(model.encode_raw_images(raw), captions), CAPTIONS_PER_IMAGE)
-        print(f"  {name:<20} rsum {r['rsum']:.2f}  (i2t R@1 {r['i2t']['r1']:.1f}, t2i R@1 {r['t2i']['r1']:.1f})")
+        print(f"  {name:<24} rsum {r['rsum']:.2f}  (i2t R@1 {r['i2t']['r1']:.1f}, t2i R@1 {r['t2i']['r1']:.1f})")
+
+    print(f"{len(split)} val images; load {os.getloadavg()[0]:.1f}")
+    report("torch fp32 (cached)", torch_raw)
+    with tempfile.TemporaryDirectory() as tmp:
+        graph = export_for_model(model, Path(tmp) / "cnn.onnx")
+        for backend in available_backends():
+            extractor = OnnxFeatureExtractor(graph, args.threads, backend)
+            start = time.perf_counter()
+            raw = np.concatenate([extractor.raw_features(squares[s:s + 32]) for s in range(0, len(squares), 32)])
+            seconds = time.perf_counter() - start
+            diff = np.abs(raw - torch_raw)
+            a, b = full_network_embedding(torch_raw, model.stats), full_network_embedding(raw, model.stats)
+            print(f"{backend} fp32 ({seconds:.0f} s): raw max abs diff {diff.max():.2e} (largest value "
+                  f"{np.abs(torch_raw).max():.1f}), mean abs diff {diff.mean():.2e}; discretized FNE "
+                  f"{100 * np.mean(a == b):.4f}% identical, {100 * np.mean(np.abs(a.astype(int) - b) == 2):.4f}% "
+                  f"flipped sign")
+            report(backend, raw)
 
 
 if __name__ == "__main__":

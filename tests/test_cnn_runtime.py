@@ -8,11 +8,11 @@ import sys
 import numpy as np
 import pytest
 
-pytest.importorskip("onnxruntime", reason="onnxruntime is in the test extra")
-
 from conftest import REPO, write_photo  # noqa: E402
 from imgtxt.cnn_export import export_extractor  # noqa: E402
-from imgtxt.cnn_runtime import GraphError, OnnxFeatureExtractor, onnx_embedder  # noqa: E402
+from imgtxt.cnn_runtime import GraphError, OnnxFeatureExtractor, available_backends, onnx_embedder  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not available_backends(), reason="neither openvino nor onnxruntime is installed")
 from imgtxt.fne import FeatureStats, RawFeatureExtractor, full_network_embedding  # noqa: E402
 
 
@@ -25,8 +25,9 @@ def _squares(n, seed=0, size=256):
                                 .resize((size, size), Image.BICUBIC)) for _ in range(n)])
 
 
-@pytest.mark.parametrize("crops", [1, 10])
-def test_exported_graph_equals_torch_fp32(tmp_path, crops):
+@pytest.mark.parametrize("backend,crops", [("openvino", 1), ("onnxruntime", 1), ("openvino", 10)])
+def test_exported_graph_equals_torch_fp32(tmp_path, backend, crops):
+    pytest.importorskip(backend, reason=f"{backend} is in the test extra")
     from imgtxt.backbones import load_backbone
 
     backbone = load_backbone("efficientnet_lite0")
@@ -34,7 +35,7 @@ def test_exported_graph_equals_torch_fp32(tmp_path, crops):
     expected = RawFeatureExtractor(backbone, "all", crops=crops, precision="fp32")
     want = expected(squares)
     path = export_extractor(expected, tmp_path / "cnn.onnx")
-    onnx = OnnxFeatureExtractor(path, threads=1)
+    onnx = OnnxFeatureExtractor(path, threads=1, backend=backend)
     assert (onnx.dim, onnx.resize_size) == (21008, 256)
     got = onnx.raw_features(squares)
     assert got.dtype == np.float32 and got.shape == want.shape
