@@ -55,18 +55,19 @@ def main() -> None:
     report("torch fp32 (cached)", torch_raw)
     with tempfile.TemporaryDirectory() as tmp:
         graph = export_for_model(model, Path(tmp) / "cnn.onnx")
-        for backend in available_backends():
-            extractor = OnnxFeatureExtractor(graph, args.threads, backend)
+        runs = [(b, "fp32") for b in available_backends()] + [("openvino", "bf16")] * ("openvino" in available_backends())
+        for backend, precision in runs:
+            extractor = OnnxFeatureExtractor(graph, args.threads, backend, precision, compile_cache=False)
             start = time.perf_counter()
             raw = np.concatenate([extractor.raw_features(squares[s:s + 32]) for s in range(0, len(squares), 32)])
             seconds = time.perf_counter() - start
             diff = np.abs(raw - torch_raw)
             a, b = full_network_embedding(torch_raw, model.stats), full_network_embedding(raw, model.stats)
-            print(f"{backend} fp32 ({seconds:.0f} s): raw max abs diff {diff.max():.2e} (largest value "
+            print(f"{backend} {precision} ({seconds:.0f} s): raw max abs diff {diff.max():.2e} (largest value "
                   f"{np.abs(torch_raw).max():.1f}), mean abs diff {diff.mean():.2e}; discretized FNE "
                   f"{100 * np.mean(a == b):.4f}% identical, {100 * np.mean(np.abs(a.astype(int) - b) == 2):.4f}% "
                   f"flipped sign")
-            report(backend, raw)
+            report(f"{backend} {precision}", raw)
 
 
 if __name__ == "__main__":

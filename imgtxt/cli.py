@@ -278,6 +278,9 @@ def index_photos(
     workers: int = typer.Option(2, min=1, help="Decoding threads."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as one JSON object on stdout."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar and no per-file messages."),
+    ray: Optional[str] = typer.Option(None, "--ray", metavar="ADDRESS",
+                                      help="Embed on a Ray cluster: its address (ray://host:10001, auto), "
+                                           "or 'local' for a Ray instance on this machine. Needs imgtxt[ray]."),
 ):
     """Index photo folders incrementally: new and changed photos are embedded, moved ones recognised."""
     from .indexer import run_index
@@ -288,7 +291,7 @@ def index_photos(
     try:
         summary = run_index(resolve_index_dir(index_dir), [str(p) for p in paths], trained, exclude,
                             batch_size=batch_size, workers=workers, progress=not quiet and sys.stderr.isatty(),
-                            log=log, notice=lambda message: typer.echo(message, err=True))
+                            log=log, notice=lambda message: typer.echo(message, err=True), ray_address=ray)
     except _library_errors() as e:
         fail(str(e))
     if as_json:

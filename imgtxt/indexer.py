@@ -127,12 +127,12 @@ class IndexLock:
 _EMBEDDERS: dict[str, object] = {}
 
 
-def embedder_for(model):
+def embedder_for(model, threads: int | None = None):
     """One ImageEmbedder per model per process (loading the CNN takes seconds)."""
     if model.model_id not in _EMBEDDERS:
         from .cnn_runtime import onnx_embedder
 
-        embedder = onnx_embedder(model)  # torch-free when the CNN graph exists (or can be exported)
+        embedder = onnx_embedder(model, threads)  # torch-free when the CNN graph exists (or can be exported)
         if embedder is None:
             from .pipeline import ImageEmbedder
 
@@ -144,7 +144,7 @@ def embedder_for(model):
 # --------------------------------------------------------------------------------- the run
 
 def run_index(index_dir: Path, roots: list[str], model, excludes=(), batch_size: int = 32, workers: int = 2,
-              progress: bool = False, log=None, notice=None) -> Summary:
+              progress: bool = False, log=None, notice=None, ray_address: str | None = None) -> Summary:
     """Index `roots` into the index folder. `log` gets per-file messages, `notice` the important ones."""
     log = log or (lambda message: print(message, file=sys.stderr))
     roots = [os.path.abspath(r) for r in roots]
@@ -157,6 +157,7 @@ def run_index(index_dir: Path, roots: list[str], model, excludes=(), batch_size:
         store = Store(index_dir)
         try:
             run = IndexRun(store, roots, model, batch_size, workers, progress, log, notice or log)
+            run.ray_address = ray_address  # embed on a Ray cluster (ray_index) instead of this process
             return run.execute(list(excludes))
         finally:
             store.close()
@@ -289,7 +290,12 @@ class IndexRun:
 
     # ------------------------------------------------------------------ 4. decode in threads, embed in batches
     def embed(self, to_embed: list[Work]) -> None:
-        embedder = embedder_for(self.model)
+        if getattr(self, "ray_address", None):
+            from .ray_index import embed_on_ray
+
+            return embed_on_ray(self, to_embed, self.ray_address)
+        # Decoding costs ~4x the CNN per photo: the decoding threads get the cores, the CNN what is left.
+        embedder = embedder_for(self.model, threads=max(1, (os.cpu_count() or 1) - self.workers))
         bar = None
         if self.progress:
             from tqdm import tqdm

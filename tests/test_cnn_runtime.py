@@ -56,7 +56,11 @@ def test_index_uses_onnx_and_matches_torch_vectors(tmp_path, tiny_model, monkeyp
     assert isinstance(embedder, OnnxImageEmbedder)
     squares = _squares(2, seed=3)
     torch_raw = open_extractor(FeatureSettings(layer_set="all", crops=1, precision="fp32"))(squares)
-    np.testing.assert_allclose(embedder.embed(squares), tiny_model.encode_raw_images(torch_raw), atol=2e-3)
+    got, want = embedder.embed(squares), tiny_model.encode_raw_images(torch_raw)
+    if embedder.extractor.precision == "fp32":
+        np.testing.assert_allclose(got, want, atol=2e-3)
+    else:  # bf16 ("auto" on a CPU with native bf16) moves ~2% of the FNE entries across a cut point
+        assert (np.sum(got * want, axis=1) > 0.97).all()
     monkeypatch.setenv("IMGTXT_CNN_RUNTIME", "torch")
     assert onnx_embedder(tiny_model) is None
     monkeypatch.setattr(indexer, "_EMBEDDERS", {})
