@@ -54,24 +54,35 @@ def pick_model(arg: str | None, workdir: Path) -> Path:
     return build_tiny_model(workdir / "tiny-model", backbone_facts(), embed_dim=512)
 
 
-def make_photos(folder: Path, n: int, size=(4000, 3000), noise_std: float = 9.0) -> list[Path]:
+def make_photos(folder: Path, n: int, unique: int = 48, size=(4000, 3000), noise_std: float = 9.0) -> list[Path]:
     """Camera-like 12-MP JPEGs: a smooth colour field per photo plus sensor-like noise (one noise field,
-    shifted per photo: JPEG codes each file alone, so this costs the decoder as much as fresh noise)."""
+    shifted per photo: JPEG codes each file alone, so this costs the decoder as much as fresh noise).
+    Encoding 12 MP takes seconds on a busy machine, so only `unique` photos are encoded; the others are
+    byte copies of them with their own JPEG comment segment: a distinct file (its own hash, its own decode,
+    the same decode cost), which the indexer cannot recognise as known content."""
     from PIL import Image
 
     folder.mkdir(parents=True, exist_ok=True)
     paths = [folder / f"IMG_{i:04}.jpg" for i in range(n)]
-    missing = [p for p in paths if not p.is_file()]
-    if missing:
-        rng = np.random.default_rng(0)
-        noise = noise_std * rng.standard_normal((size[1], size[0], 3), dtype=np.float32)
-        for path in missing:
-            base = Image.fromarray(rng.integers(0, 256, (12, 16, 3), dtype=np.uint8)).resize(size, Image.BICUBIC)
-            shift = (int(rng.integers(size[1])), int(rng.integers(size[0])))
-            pixels = np.asarray(base, np.float32) + np.roll(noise, shift, axis=(0, 1))
-            tmp = path.with_suffix(".tmp")
-            Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8)).save(tmp, format="JPEG", quality=90)
-            os.replace(tmp, path)
+    rng = np.random.default_rng(0)
+    noise = None
+    for i, path in enumerate(paths[:unique]):
+        if path.is_file():
+            continue
+        if noise is None:
+            noise = noise_std * rng.standard_normal((size[1], size[0], 3), dtype=np.float32)
+        base = Image.fromarray(rng.integers(0, 256, (12, 16, 3), dtype=np.uint8)).resize(size, Image.BICUBIC)
+        shift = (int(rng.integers(size[1])), int(rng.integers(size[0])))
+        pixels = np.asarray(base, np.float32) + np.roll(noise, shift, axis=(0, 1))
+        tmp = path.with_suffix(".tmp")
+        Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8)).save(tmp, format="JPEG", quality=90)
+        os.replace(tmp, path)
+    for i, path in enumerate(paths[unique:], start=unique):
+        if not path.is_file():
+            data = paths[i % unique].read_bytes()
+            comment = f"imgtxt bench copy {i}".encode()
+            segment = b"\xff\xfe" + (len(comment) + 2).to_bytes(2, "big") + comment  # COM, right after SOI
+            path.write_bytes(data[:2] + segment + data[2:])
     return paths
 
 

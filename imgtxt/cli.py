@@ -280,7 +280,7 @@ def index_photos(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar and no per-file messages."),
     ray: Optional[str] = typer.Option(None, "--ray", metavar="ADDRESS",
                                       help="Embed on a Ray cluster: its address (ray://host:10001, auto), "
-                                           "or 'local' for a Ray instance on this machine. Needs imgtxt[ray]."),
+                                           "or 'local' for a Ray instance on this machine. Needs the ray extra."),
 ):
     """Index photo folders incrementally: new and changed photos are embedded, moved ones recognised."""
     from .indexer import run_index
