@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -94,10 +95,19 @@ def subset(photos: list[Path], n: int, folder: Path) -> Path:
     return folder
 
 
-def timed(cmd: list[str], env: dict) -> float:
-    start = time.perf_counter()
+CPU_SECONDS: dict[str, list[float]] = {}   # CPU time (user + sys) of each timed run: robust to other load
+
+
+def _cpu(who) -> float:
+    usage = resource.getrusage(who)
+    return usage.ru_utime + usage.ru_stime
+
+
+def timed(cmd: list[str], env: dict, name: str = "") -> float:
+    start, cpu = time.perf_counter(), _cpu(resource.RUSAGE_CHILDREN)
     out = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     seconds = time.perf_counter() - start
+    CPU_SECONDS.setdefault(name, []).append(_cpu(resource.RUSAGE_CHILDREN) - cpu)
     if out.returncode:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{out.stderr[-2000:]}")
     return seconds
@@ -106,9 +116,10 @@ def timed(cmd: list[str], env: dict) -> float:
 def decode_rate(photos: list[Path]) -> float:
     from imgtxt.images import iter_squares
 
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), _cpu(resource.RUSAGE_SELF)
     for _, square in iter_squares(photos, 256, workers=2):
         assert not isinstance(square, Exception), square
+    CPU_SECONDS.setdefault("decode", []).append(_cpu(resource.RUSAGE_SELF) - cpu)
     return len(photos) / (time.perf_counter() - start)
 
 
@@ -161,14 +172,18 @@ def main() -> None:
         run_id = 0
         for _ in range(args.repeat):
             results.setdefault("decode", []).append(decode_rate(photos))
+            print(f"  (decode only: {results['decode'][-1]:.1f} photos/s; load {os.getloadavg()[0]:.1f})", flush=True)
             results.setdefault("bare", []).append(
-                timed([sys.executable, "-c", BARE_LITE0.format(n=args.small)], base_env))
+                timed([sys.executable, "-c", BARE_LITE0.format(n=args.small)], base_env, "bare"))
+            print(f"  (bare Lite0: {results['bare'][-1]:.1f} s; load {os.getloadavg()[0]:.1f})", flush=True)
             for name, (cmd, env) in variants.items():
                 for n, folder in folders.items():
                     run_id += 1
                     index_env = {**env, "IMGTXT_INDEX_DIR": str(tmp / f"index{run_id}")}
                     results.setdefault(f"{name} {n}", []).append(
-                        timed(cmd + [str(folder), "--model", str(model), "--quiet"], index_env))
+                        timed(cmd + [str(folder), "--model", str(model), "--quiet"], index_env, f"{name} {n}"))
+                    print(f"  ({name}, {n} photos: {results[f'{name} {n}'][-1]:.1f} s, "
+                          f"{CPU_SECONDS[f'{name} {n}'][-1]:.1f} CPU s; load {os.getloadavg()[0]:.1f})", flush=True)
         load = os.getloadavg()
 
     med = {k: float(np.median(v)) for k, v in results.items()}
@@ -182,8 +197,20 @@ def main() -> None:
         print(f"{name}: cold {args.small} photos {small:.1f} s, {args.large} photos {large:.1f} s; "
               f"steady state {steady:.1f} photos/s = {steady / decode:.2f}x decode only; "
               f"cold {args.small} = {small / med['bare']:.2f}x the bare Lite0 forward")
+        # The same two ratios in CPU seconds (what a busy machine distorts least): if both saturate the cores,
+        # the wall-clock ratios on an idle machine approach these.
+        cpu = {k: float(np.median(v)) for k, v in CPU_SECONDS.items()}
+        decode_cpu = cpu["decode"] / len(photos)
+        marginal_cpu = (cpu[f"{name} {args.large}"] - cpu[f"{name} {args.small}"]) / (args.large - args.small)
+        print(f"  in CPU time: decode only {1000 * decode_cpu:.1f} ms/photo, index (marginal) "
+              f"{1000 * marginal_cpu:.1f} ms/photo = {decode_cpu / marginal_cpu:.2f}x; cold {args.small} photos "
+              f"{cpu[f'{name} {args.small}']:.1f} CPU s vs bare Lite0 {cpu['bare']:.1f} CPU s = "
+              f"{cpu[f'{name} {args.small}'] / cpu['bare']:.2f}x")
         summary[name] = {"cold_small_s": small, "cold_large_s": large, "steady_photos_per_s": steady,
-                         "steady_vs_decode": steady / decode, "cold_vs_bare": small / med["bare"]}
+                         "steady_vs_decode": steady / decode, "cold_vs_bare": small / med["bare"],
+                         "cpu_decode_ms_per_photo": 1000 * decode_cpu, "cpu_index_ms_per_photo": 1000 * marginal_cpu,
+                         "cpu_steady_vs_decode": decode_cpu / marginal_cpu,
+                         "cpu_cold_vs_bare": cpu[f"{name} {args.small}"] / cpu["bare"]}
     print(f"machine: {os.cpu_count()} CPU cores; load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} at the end")
     print(json.dumps(summary))
 
