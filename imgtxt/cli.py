@@ -136,13 +136,16 @@ def index_photos(
                                "(by default they are kept: an unplugged drive looks the same)."),
     rebuild: bool = typer.Option(False, "--rebuild", help="Build a new database from the photos and swap it in when "
                                  "complete (for a damaged index; the old file is kept as index.db.damaged)."),
+    ray: Optional[str] = typer.Option(None, "--ray", metavar="ADDRESS",
+                                      help="Embed on a Ray cluster: its address (ray://host:10001, auto), "
+                                           "or 'local' for a Ray instance on this machine. Needs the ray extra."),
 ):
     """Index photo folders incrementally: new and changed photos are embedded, moved ones recognised."""
     progress = not quiet and sys.stderr.isatty()
     summary = _library(index_dir, model).index(
         paths, exclude, batch_size=batch_size, workers=workers, progress=progress, log=None if quiet else _say,
         notice=_say, on_model_load=(lambda: _say("imgtxt: loading model…")) if progress else None,
-        prune=prune, rebuild=rebuild)
+        prune=prune, rebuild=rebuild, ray_address=ray)
     if as_json:
         out = summary.as_dict()
         out["skipped_files"] = [{"path": p, "reason": r} for p, r in sorted(summary.skipped.items())]

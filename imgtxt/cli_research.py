@@ -191,7 +191,19 @@ def backbone_download(name: str = typer.Argument(..., help="vgg16, resnet50 or r
     typer.echo(str(download_weights(name)))
 
 
+def export_cnn(model: Optional[Path] = typer.Argument(None, help="Model folder (default: the shipped model).")):
+    """Write MODEL_DIR/cnn.onnx: the model's CNN for OpenVINO / ONNX Runtime, so `imgtxt index` runs without torch."""
+    from .cnn_export import export_for_model
+    from .library import load_model
+
+    try:
+        path = export_for_model(load_model(model))
+    except OSError as e:
+        raise ImgtxtError(f"could not export the CNN: {e}") from None
+    typer.echo(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
+
+
 def register(app: typer.Typer) -> None:
     for name, command in (("features", features), ("train", train), ("eval", evaluate),
-                          ("backbone-download", backbone_download)):
+                          ("backbone-download", backbone_download), ("export-cnn", export_cnn)):
         app.command(name, rich_help_panel=PANEL)(command)

@@ -85,6 +85,7 @@ def load_rgb(path: Path | str, min_side: int = 256) -> Image.Image:
             with open_regular(path) as file, Image.open(file) as im:
                 if im.width * im.height > MAX_PIXELS:
                     raise ImageError(f"too many pixels ({im.width}x{im.height}), refusing as a decompression bomb")
+                original_size = im.size  # before draft() shrinks it: callers need the photo's true size
                 if im.format == "JPEG":
                     # draft() picks the largest 1/2^k scale that keeps both sides >= the request.
                     w, h = im.size
@@ -106,6 +107,7 @@ def load_rgb(path: Path | str, min_side: int = 256) -> Image.Image:
                     im = Image.fromarray(np.clip(arr * (255.0 / top), 0, 255).astype(np.uint8)).convert("RGB")
                 else:
                     im = im.convert("RGB")  # CMYK, L, YCbCr, ...
+                im.info["original_size"] = original_size
                 return im
     except ImageError:
         raise

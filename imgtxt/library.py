@@ -150,13 +150,15 @@ class Library:
     # ------------------------------------------------------------------ indexing
     @_database_errors
     def index(self, folders, exclude=(), batch_size: int = 32, workers: int = 2, progress: bool = False,
-              log=None, notice=None, on_model_load=None, prune: bool = False, rebuild: bool = False):
+              log=None, notice=None, on_model_load=None, prune: bool = False, rebuild: bool = False,
+              ray_address: str | None = None):
         """Index folders (or single photos) incrementally; returns indexer.Summary.
 
         `log(message)` gets per-file messages, `notice(message)` important ones, `on_model_load()` is called
         before the CNN loads (seconds). Ctrl-C keeps what was committed searchable and raises Interrupted.
         `prune`: drop the photos of a folder that is missing or empty now (kept by default: an unplugged drive
         looks the same). `rebuild`: build a new database from the photos, swapped in only when complete.
+        `ray_address`: embed on a Ray cluster ('local', 'auto' or ray://host:port) instead of this process.
         """
         from .indexer import run_index
 
@@ -166,7 +168,7 @@ class Library:
         try:
             summary = run_index(self.index_dir, roots, model, exclude, batch_size=batch_size, workers=workers,
                                 progress=progress, log=log or (lambda message: None), notice=notice, prune=prune,
-                                rebuild=rebuild)
+                                rebuild=rebuild, ray_address=ray_address)
         except KeyboardInterrupt:
             raise Interrupted(self._keep_committed(model, roots)) from None
         finally:

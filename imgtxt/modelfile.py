@@ -289,16 +289,22 @@ class TrainedModel:
         return [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
     # ------------------------------------------------------------------ image side (CNN, loaded lazily)
-    def image_embedder(self):
-        """The model's CNN with its feature settings (seconds to load; once per model object)."""
+    def image_embedder(self, threads: int | None = None):
+        """The model's CNN with its feature settings (seconds to load; once per model object): the exported
+        ONNX graph on OpenVINO / ONNX Runtime when possible (no torch imported), else the torch CNN."""
         if self._cnn is None:
             self._cnn = _LOADED_CNNS.get(self.model_id)
         if self._cnn is None:
-            from .pipeline import ImageEmbedder
+            from .cnn_runtime import onnx_embedder
 
             if self.on_cnn_load is not None:
                 self.on_cnn_load()
-            self._cnn = _LOADED_CNNS[self.model_id] = ImageEmbedder(self)
+            embedder = onnx_embedder(self, threads)
+            if embedder is None:
+                from .pipeline import ImageEmbedder
+
+                embedder = ImageEmbedder(self)
+            self._cnn = _LOADED_CNNS[self.model_id] = embedder
         return self._cnn
 
     def embed_images(self, squares: np.ndarray) -> np.ndarray:
