@@ -92,7 +92,8 @@ def features(
 def train(
     dataset: str = typer.Argument(..., help="flickr8k, flickr30k or coco"),
     data_dir: Optional[Path] = DataDir,
-    preset: str = typer.Option("PH", help="FNE paper Table 1: SH, MH, SOE, MOE, PH (sum->max), POE"),
+    preset: str = typer.Option("PH", help="FNE paper Table 1 column, sizes for the dataset trained on: SH, MH, SOE, "
+                               "MOE, PH (sum->max), POE, and the baselines' SH-bl, MH-bl, SOE-bl, MOE-bl"),
     feature_kind: str = typer.Option("fne", "--features", help="fne (full network) or baseline (one layer)"),
     backbone: str = typer.Option("efficientnet_lite0"),
     layer_set: str = typer.Option("all"),
@@ -103,13 +104,20 @@ def train(
     word_dim: Optional[int] = typer.Option(None, help="Word embedding size (preset: paper's)"),
     image_dropout: float = typer.Option(0.0, help="Dropout on the image features"),
     weight_decay: float = typer.Option(0.0, help="L2 penalty on the image projection"),
-    epochs: int = typer.Option(200, help="Maximum epochs per phase"),
+    epochs: Optional[int] = typer.Option(None, help="Maximum epochs per phase (preset: 200; MH on Flickr: 400)"),
     patience: int = typer.Option(10, help="End a phase after this many epochs without a better val rsum"),
     captions: str = typer.Option("one", help="'one' random caption per image per epoch (paper) or 'all' five"),
     lr: Optional[float] = typer.Option(None, help="Learning rate for every phase (preset: paper's)"),
     phase2_lr: Optional[float] = typer.Option(None, help="Learning rate of the curriculum's max-loss phase (PH/POE)"),
     init_from: Optional[Path] = typer.Option(None, help="Start from this model folder (e.g. a finished run's best)"),
     min_count: int = typer.Option(2, help="Words rarer than this in training captions become <unk>"),
+    vocab_size: Optional[int] = typer.Option(None, "--vocab-size", help="Keep only the K most frequent words"),
+    vocab_from: str = typer.Option("train", help="Vocabulary from 'train' or 'train+val' captions"),
+    margin: Optional[float] = typer.Option(None, help="Hinge margin (preset: paper's)"),
+    similarity: Optional[str] = typer.Option(None, help="cosine or order (preset: paper's)"),
+    use_abs: Optional[bool] = typer.Option(None, "--abs/--no-abs", help="Absolute-value embeddings (preset: paper's)"),
+    batch_size: Optional[int] = typer.Option(None, help="Pairs per batch (preset: 128)"),
+    coco_train: str = typer.Option("restval", help="COCO train: 'restval' (VSE++, +30k images) or 'paper' (without)"),
     seed: int = typer.Option(0),
     threads: Optional[int] = typer.Option(None, help="torch CPU threads"),
     run_dir: Path = typer.Option(Path("runs/latest"), help="Checkpoints and log; rerun to resume"),
@@ -131,10 +139,15 @@ def train(
         torch.set_num_threads(threads)
     if captions not in ("one", "all"):
         fail("--captions must be 'one' or 'all'", 2)
+    if similarity is not None and similarity not in ("cosine", "order"):
+        fail("--similarity must be 'cosine' or 'order'", 2)
+    if batch_size is not None and batch_size < 2:
+        fail("--batch-size must be at least 2 (the other pairs of a batch are the contrastive examples)", 2)
     try:
-        cfg = make_preset(preset, embed_dim=embed_dim, word_dim=word_dim, image_dropout=image_dropout,
+        cfg = make_preset(preset, dataset, embed_dim=embed_dim, word_dim=word_dim, image_dropout=image_dropout,
                           weight_decay=weight_decay, max_epochs=epochs, patience=patience,
-                          captions_per_image=captions, seed=seed)
+                          captions_per_image=captions, seed=seed, margin=margin, similarity=similarity,
+                          use_abs=use_abs, batch_size=batch_size)
         if lr is not None:
             for phase in cfg.phases:
                 phase.lr = lr
@@ -144,7 +157,8 @@ def train(
             cfg.phases[1].lr = phase2_lr
         data = build_training_data(dataset, data_dir, feature_kind,
                                    FeatureSettings(backbone, layer_set, crops, precision, backbone_weights),
-                                   min_count=min_count)
+                                   min_count=min_count, max_words=vocab_size, vocab_from=vocab_from,
+                                   coco_train=coco_train)
     except (DatasetError, BackboneError, ValueError) as e:
         fail(str(e))
     typer.echo(f"training {preset.upper()} on {feature_kind} features {data.train_features.shape}, "
@@ -168,6 +182,9 @@ def evaluate(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object and nothing else on stdout"),
     save_embeddings: Optional[Path] = typer.Option(None, help="Write images.npy and captions.npy here"),
     backbone_weights: Optional[str] = typer.Option(None),
+    metrics: str = typer.Option("standard", help="'standard' (R@1/5/10, Med r, rsum) or 'thesis' (adds the 2016 "
+                                "thesis's R@{1,2,5,10} 1st/rnd/avg/any, rPrecision(5) and its Med r)"),
+    ties: str = typer.Option("expected", help="Tied scores: 'expected' (random order) or 'pessimistic'"),
     quiet: bool = typer.Option(False, "--quiet", "-q"),
 ):
     """Image annotation (i2t) and retrieval (t2i) recall of a model on a dataset split."""
@@ -179,17 +196,22 @@ def evaluate(
     data_dir = _need_data_dir(data_dir, _check_dataset(dataset))
     if split not in ("val", "test", "train"):
         fail("--split must be val or test", 2)
+    if metrics not in ("standard", "thesis"):
+        fail("--metrics must be 'standard' or 'thesis'", 2)
+    if ties not in ("expected", "pessimistic"):
+        fail("--ties must be 'expected' or 'pessimistic'", 2)
     trained = load_model(model)
     try:
         result = evaluate_model(trained, dataset, data_dir, split, save_embeddings, quiet=quiet or as_json,
-                                backbone_weights=backbone_weights)
+                                backbone_weights=backbone_weights, thesis=metrics == "thesis", ties=ties)
     except (DatasetError, BackboneError, ImageError) as e:
         fail(str(e))
     if as_json:
         keys = ("dataset", "split", "images", "captions", "i2t", "t2i", "rsum")
         out = {k: result[k] for k in keys}
-        if "coco_1k" in result:
-            out["coco_1k"] = result["coco_1k"]
+        for extra in ("coco_1k", "thesis"):
+            if extra in result:
+                out[extra] = result[extra]
         sys.stdout.write(json.dumps(out) + "\n")
     else:
         typer.echo(format_result(result))

@@ -175,9 +175,11 @@ class TrainedModel:
         return order_scores(images, captions)
 
 
-def order_scores(images: np.ndarray, captions: np.ndarray, chunk: int = 64) -> np.ndarray:
-    """-||max(0, c - i)||^2 for every pair, in chunks of images to bound memory."""
+def order_scores(images: np.ndarray, captions: np.ndarray, chunk_elements: int = 1 << 24) -> np.ndarray:
+    """-||max(0, c - i)||^2 for every pair, in blocks of images of at most `chunk_elements` differences
+    (64 MB of float32), so 5,000 captions x 2,048 dims never build a (N, M, D) array."""
     out = np.empty((len(images), len(captions)), np.float32)
+    chunk = max(1, chunk_elements // max(1, captions.shape[0] * captions.shape[1]))
     for s in range(0, len(images), chunk):
         diff = captions[None, :, :] - images[s:s + chunk, None, :]
         out[s:s + chunk] = -np.square(np.maximum(diff, 0)).sum(axis=2)
