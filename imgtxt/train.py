@@ -320,6 +320,9 @@ def train(run_dir: Path | str, data: TrainData, cfg: TrainConfig, init_from: Pat
             # With five captions per epoch two captions of one image can share a batch: not negatives.
             also_positive = same_image_mask(batch[:, 0]) if cfg.captions_per_image == "all" else None
             loss = hinge_loss(scores, cfg.margin, phase.loss, also_positive)
+            penalty = getattr(model.text.encoder, "penalty", None)   # a kind's regulariser (RCN eq. 15)
+            if penalty is not None:
+                loss = loss + penalty
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)

@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 import torch
 
-from imgtxt import rcn
-from imgtxt.rcn_torch import RCNEncoder, mask_variance_penalty, route
+from imgtxt.text_encoders import rcn
+from imgtxt.text_encoders.rcn_torch import RCNEncoder, mask_variance_penalty, route
 
 
 def test_routing_by_hand():
@@ -86,3 +86,33 @@ def test_equal_size_gru():
     h = rcn.equal_size_gru_hidden(5000, 300, 1024, 4)
     assert 3 * h * 300 + 3 * h * h + 6 * h >= rcn.parameter_count(5000, 300, 1024, 4) - 5000 * 300
     assert h > 1024
+
+
+def test_rcn_kind_trains_saves_and_loads_with_numpy_equal_to_torch(tmp_path):
+    from imgtxt.fne import FeatureStats
+    from imgtxt.modelfile import TrainedModel
+    from imgtxt.text_encoders import prepare
+    from imgtxt.train import Phase, TrainConfig, TrainData, train
+    from tests.test_model import feature_config, synthetic
+
+    feats, caps = synthetic(0)
+    setup = prepare("rcn", caps, {"min_count": 1, "word_dim": 8, "capsules": 2, "recursions": 1,
+                                  "reg_lambda": 0.05})
+    tokens = [setup.tokenize(c) for c in caps]
+    data = TrainData(feats, tokens, feats, tokens, None, caps, feature_config(48),
+                     FeatureStats(np.zeros(48, np.float32), np.ones(48, np.float32)), text_setup=setup)
+    cfg = TrainConfig([Phase("max", 3e-3)], embed_dim=16, batch_size=32, max_epochs=3, patience=9,
+                      captions_per_image="all")
+    best = train(tmp_path / "run", data, cfg)
+    assert best["rsum"] > 60        # chance on 64 images is ~50
+    model = TrainedModel.load(tmp_path / "run" / "best")
+    assert model.config["text"]["kind"] == "rcn"
+    from imgtxt.model import JointConfig, JointModel, pad_batch
+    joint = JointModel(JointConfig(**model.config["joint"])).eval()
+    from imgtxt.train import _load_weights
+    _load_weights(joint, tmp_path / "run" / "best")
+    texts = ["a red dog", "the blue cat runs .", "zebra"]
+    with torch.no_grad():
+        expected = joint.text(*pad_batch([setup.tokenize(t) for t in texts])).numpy()
+    np.testing.assert_allclose(model.encode_text(texts), expected, atol=1e-5)
+    assert model.check_query("zebra") and model.check_query("a red dog") is None

@@ -1,7 +1,8 @@
 """Recurrent Capsule Network text encoder as a trainable torch module (numpy twin and equations: rcn.py).
 
-`forward` also leaves `self.penalty`: lambda times the mean over the batch of the mask-variance regulariser
-(eq. 14, on the last masks), which training adds to the ranking loss (eq. 15).
+`forward` also leaves `self.penalty`: lambda times the mask-variance regulariser (eq. 14, on the last masks)
+summed over the batch, which training adds to the ranking loss (eq. 15). The paper averages both terms over
+the batch; imgtxt's hinge loss is a sum, so the penalty is summed too and lambda keeps the paper's weight.
 """
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import torch
 from torch import nn
 
 from .rcn import MAX_WORDS, ROUTING_EPS
+from .torch_parts import check_and_copy
 
 
 def _stacked_gru(capsules: int, inp: int, hidden: int) -> nn.ParameterDict:
@@ -79,7 +81,7 @@ class RCNEncoder(nn.Module):
                 proposals = gru_scan(inputs, lengths, self.mask_gru, "sigmoid")
                 masks = torch.einsum("bij,jbv->ibv", alpha, proposals)
         if self.reg_lambda and self.recursions > 0:
-            self.penalty = self.reg_lambda * mask_variance_penalty(masks).mean()
+            self.penalty = self.reg_lambda * mask_variance_penalty(masks).sum()
         else:
             self.penalty = x.new_zeros(())
         return combined / combined.norm(dim=1, keepdim=True).clamp(min=1e-12)
@@ -89,3 +91,14 @@ class RCNEncoder(nn.Module):
         for prefix, params in (("rcn.mask", self.mask_gru), ("rcn.emb", self.emb_gru)):
             out.update({f"{prefix}.{name}": p for name, p in params.items()})
         return out
+
+    def import_tensors(self, tensors: dict, pretrained_only: bool = False) -> None:
+        check_and_copy(self.export_tensors(), tensors)
+
+
+class Encoder(RCNEncoder):
+    """The registry's constructor: (model.json "text" section, joint-space size)."""
+
+    def __init__(self, text_config: dict, embed_dim: int):
+        super().__init__(text_config["vocab_size"], text_config["word_dim"], embed_dim, text_config["capsules"],
+                         text_config["recursions"], text_config.get("reg_lambda", 0.0))

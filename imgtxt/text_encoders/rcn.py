@@ -17,7 +17,12 @@ Tensors (the model-file contract, shared with rcn_torch.py), capsules stacked on
 """
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
+
+from . import TextSetup
 
 ROUTING_EPS = 1e-6
 MAX_WORDS = 16          # paper: sentences are cut after the 16th word
@@ -112,3 +117,53 @@ def equal_size_gru_hidden(vocab: int, word_dim: int, hidden: int, capsules: int)
     while 3 * h * word_dim + 3 * h * h + 6 * h < target:
         h += 1
     return h
+
+
+# ----------------------------------------------------------------------------- the text-encoder kind "rcn"
+
+def TENSOR_NAMES(text_config: dict) -> tuple[str, ...]:  # noqa: N802 (the registry's contract name)
+    return NAMES
+
+
+def prepare(train_captions: list[str], options: dict) -> TextSetup:
+    """Paper settings unless overridden: vocabulary of the 5,000 most frequent words, word vectors 300,
+    4 capsules, 4 recursions, lambda 0."""
+    from ..vocab import Vocabulary
+
+    vocab = Vocabulary.build(train_captions, min_count=options.get("min_count") or 1,
+                             max_words=options.get("max_words") or 5000)
+    config = {"kind": "rcn", "vocab_size": len(vocab), "word_dim": options.get("word_dim") or 300,
+              "capsules": options.get("capsules") or 4, "recursions": options.get("recursions", 4),
+              "reg_lambda": float(options.get("reg_lambda") or 0.0), "max_words": MAX_WORDS}
+    files = {"vocab.json": json.dumps({"words": vocab.words}, ensure_ascii=False).encode("utf-8")}
+    return TextSetup(config, lambda text: vocab.encode(text)[:MAX_WORDS], files,
+                     description=f"RCN, {config['capsules']} capsules, {config['recursions']} recursions, "
+                                 f"lambda {config['reg_lambda']}, vocabulary {len(vocab)} words")
+
+
+class Runtime:
+    def __init__(self, text_config: dict, tensors, folder: Path):
+        from ..vocab import Vocabulary
+
+        self.config = text_config
+        self.vocab = Vocabulary.load(folder / "vocab.json")
+        self.w = {n: np.asarray(tensors[n], dtype=np.float32) for n in NAMES}
+        if self.w["rcn.word_embedding"].shape[0] != len(self.vocab):
+            raise ValueError(f"vocab.json has {len(self.vocab)} words, the model {self.w['rcn.word_embedding'].shape[0]}")
+        self.embed_dim = self.w["rcn.emb.weight_hh"].shape[2]
+
+    def tokenize(self, text: str) -> list[int]:
+        return self.vocab.encode(text)[:MAX_WORDS]
+
+    def sort_key(self, text: str) -> int:
+        return len(self.tokenize(text))
+
+    def check_query(self, text: str) -> str | None:
+        if not self.tokenize(text):
+            return "empty query: describe the photo, e.g. imgtxt search \"a dog running on a beach\""
+        if self.vocab.known_fraction(text) == 0.0:
+            return f"none of the words in {text!r} are known to the model; try other words"
+        return None
+
+    def encode(self, token_lists: list[list[int]]) -> np.ndarray:
+        return encode(token_lists, self.w, int(self.config["recursions"]))
