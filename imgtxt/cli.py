@@ -93,7 +93,8 @@ def train(
     dataset: str = typer.Argument(..., help="flickr8k, flickr30k or coco"),
     data_dir: Optional[Path] = DataDir,
     preset: str = typer.Option("PH", help="FNE paper Table 1 column, sizes for the dataset trained on: SH, MH, SOE, "
-                               "MOE, PH (sum->max), POE, and the baselines' SH-bl, MH-bl, SOE-bl, MOE-bl"),
+                               "MOE, PH (sum->max), POE, and the baselines' SH-bl, MH-bl, SOE-bl, MOE-bl; THESIS = the "
+                               "2016 thesis's single-negative loss, margin 0.15"),
     feature_kind: str = typer.Option("fne", "--features", help="fne (full network) or baseline (one layer)"),
     backbone: str = typer.Option("efficientnet_lite0"),
     layer_set: str = typer.Option("all"),
@@ -121,7 +122,14 @@ def train(
     seed: int = typer.Option(0),
     text_encoder: str = typer.Option("gru", "--text-encoder", help="gru (the paper's, trained from scratch), "
                                      "minilm (pretrained all-MiniLM-L6-v2 + a trained head; open vocabulary), "
-                                     "rcn (Recurrent Capsule Network, Dupont et al. 2018)"),
+                                     "rcn (Recurrent Capsule Network, Dupont et al. 2018), bow (the 2016 thesis's "
+                                     "bag of n-grams; shallow = --bow-ngrams bi --bow-hidden 0), sse (thesis's SSE)"),
+    bow_ngrams: str = typer.Option("uni", help="bow: uni (5,000 words), bi, tri or skip (50,000 n-grams)"),
+    bow_weighting: str = typer.Option("binary", help="bow: binary or tfidf"),
+    bow_hidden: int = typer.Option(0, help="bow: hidden layer size of the MLP (0 = linear)"),
+    sse_window: int = typer.Option(5, help="sse: convolution window"),
+    negatives: str = typer.Option("both", help="--preset THESIS (one random negative): i2t (swap the caption), "
+                                  "t2i (swap the image) or both"),
     rcn_capsules: int = typer.Option(4, help="rcn: number of capsules N_c"),
     rcn_recursions: int = typer.Option(4, help="rcn: routing recursions r (the embedding is v(r+1))"),
     rcn_lambda: float = typer.Option(0.0, help="rcn: weight of the mask-variance regulariser (paper: 0 or 0.05)"),
@@ -155,6 +163,8 @@ def train(
         torch.set_num_threads(threads)
     if captions not in ("one", "all"):
         fail("--captions must be 'one' or 'all'", 2)
+    if negatives not in ("i2t", "t2i", "both"):
+        fail("--negatives must be i2t, t2i or both", 2)
     if similarity is not None and similarity not in ("cosine", "order"):
         fail("--similarity must be 'cosine' or 'order'", 2)
     if batch_size is not None and batch_size < 2:
@@ -164,7 +174,7 @@ def train(
                           weight_decay=weight_decay, max_epochs=epochs, patience=patience,
                           captions_per_image=captions, seed=seed, margin=margin, similarity=similarity,
                           use_abs=use_abs, batch_size=batch_size, text_lr=text_lr, lr_decay_epochs=lr_decay,
-                          average_best=average_best)
+                          average_best=average_best, negatives=negatives)
         if lr is not None:
             for phase in cfg.phases:
                 phase.lr = lr
@@ -174,7 +184,8 @@ def train(
             cfg.phases[1].lr = phase2_lr
         text_options = {"weights": text_weights, "trainable_layers": text_trainable_layers, "head": text_head,
                         "word_dim": word_dim, "capsules": rcn_capsules, "recursions": rcn_recursions,
-                        "reg_lambda": rcn_lambda}
+                        "reg_lambda": rcn_lambda, "ngrams": bow_ngrams, "weighting": bow_weighting,
+                        "hidden": bow_hidden, "window": sse_window}
         data = build_training_data(dataset, data_dir, feature_kind,
                                    FeatureSettings(backbone, layer_set, crops, precision, backbone_weights),
                                    min_count=min_count, max_words=vocab_size, vocab_from=vocab_from,

@@ -100,3 +100,29 @@ def hinge_loss(scores: torch.Tensor, margin: float, reduce: str, also_positive: 
     if reduce == "sum":
         return cost_caption.sum() + cost_image.sum()
     raise ValueError(f"reduce must be 'sum' or 'max', not {reduce!r}")
+
+
+NEGATIVES = ("i2t", "t2i", "both")
+
+
+def single_negative_loss(scores: torch.Tensor, margin: float, negatives: str = "both",
+                         also_positive: torch.Tensor | None = None, generator: torch.Generator | None = None
+                         ) -> torch.Tensor:
+    """The thesis's PosNet/NegNet loss (section 5.3): each matching pair k against ONE random negative j != k of the
+    batch, hinge max(0, margin - s(pos) + s(neg)). "i2t" keeps the image and swaps the caption (s[k, j]),
+    "t2i" keeps the caption and swaps the image (s[j, k]), "both" adds the two. Sum over the batch."""
+    if negatives not in NEGATIVES:
+        raise ValueError(f"negatives must be one of {NEGATIVES}, not {negatives!r}")
+    b = scores.size(0)
+    k = torch.arange(b, device=scores.device)
+    offset = torch.randint(1, b, (b,), generator=generator).to(scores.device)
+    j = (k + offset) % b                                              # uniform over the other pairs
+    pos = scores[k, k]
+    keep = torch.ones(b, device=scores.device) if also_positive is None else \
+        (~also_positive.to(scores.device)[k, j]).float()             # a same-image "negative" is no negative
+    loss = scores.new_zeros(())
+    if negatives in ("i2t", "both"):
+        loss = loss + ((margin - pos + scores[k, j]).clamp(min=0) * keep).sum()
+    if negatives in ("t2i", "both"):
+        loss = loss + ((margin - pos + scores[j, k]).clamp(min=0) * keep).sum()
+    return loss

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from .fne import FeatureStats
-from .losses import hinge_loss, same_image_mask
+from .losses import hinge_loss, same_image_mask, single_negative_loss
 from .metrics import evaluate_scores
 from .model import JointConfig, JointModel, pad_batch
 from .modelfile import save_model
@@ -30,7 +30,7 @@ from .vocab import Vocabulary
 
 @dataclass
 class Phase:
-    loss: str           # "sum" or "max"
+    loss: str           # "sum" or "max" of hinges over the batch, or "single" (one random negative, thesis)
     lr: float
 
 
@@ -51,6 +51,7 @@ class TrainConfig:
     captions_per_image: str = "one" # "one": one random caption per image per epoch (paper); "all": five
     lr_decay_epochs: int = 0        # divide lr by 10 after this many epochs of a phase (0 = never)
     seed: int = 0
+    negatives: str = "both"         # "single" loss: swap the caption (i2t), the image (t2i), or both
     text_lr: float = 0.0            # lr of a pretrained text encoder's trained layers (0 = the phase's lr)
     average_best: int = 1           # at the end, average the weights of the best K epochs (kept if better)
 
@@ -100,12 +101,18 @@ def _table1(name: str, dataset: str) -> TrainConfig:
 
 PRESETS: dict[str, TrainConfig] = {name: _table1(name, "flickr8k") for name in _TABLE1}
 
+# The 2016 thesis (Table 6.1): one random negative per pair, margin 0.15, lr 0.001, joint space 1000 (its BoW
+# models); imgtxt trains with Adam where the thesis used SGD with a linear lr decay.
+OTHER_PRESETS = {"THESIS": TrainConfig([Phase("single", 1e-3)], "cosine", 0.15, word_dim=300, embed_dim=1000)}
+
 
 def preset(name: str, dataset: str = "flickr8k", **overrides) -> TrainConfig:
     """The paper's settings for a Table 1 column on a dataset; overrides that are None keep the paper's."""
     name = name.upper()
+    if name in OTHER_PRESETS:
+        return replace(OTHER_PRESETS[name], **{k: v for k, v in overrides.items() if v is not None})
     if name not in _TABLE1:
-        raise ValueError(f"unknown preset {name!r}; known: {', '.join(_TABLE1)}")
+        raise ValueError(f"unknown preset {name!r}; known: {', '.join(_TABLE1)}, {', '.join(OTHER_PRESETS)}")
     if dataset not in _DATASET_COLUMN:
         raise ValueError(f"no Table 1 column for dataset {dataset!r}; known: {', '.join(_DATASET_COLUMN)}")
     return replace(_table1(name, dataset), **{k: v for k, v in overrides.items() if v is not None})
@@ -319,7 +326,10 @@ def train(run_dir: Path | str, data: TrainData, cfg: TrainConfig, init_from: Pat
             scores = model.similarity(model.image(feats), train_text.encode(batch[:, 1]))
             # With five captions per epoch two captions of one image can share a batch: not negatives.
             also_positive = same_image_mask(batch[:, 0]) if cfg.captions_per_image == "all" else None
-            loss = hinge_loss(scores, cfg.margin, phase.loss, also_positive)
+            if phase.loss == "single":
+                loss = single_negative_loss(scores, cfg.margin, cfg.negatives, also_positive)
+            else:
+                loss = hinge_loss(scores, cfg.margin, phase.loss, also_positive)
             penalty = getattr(model.text.encoder, "penalty", None)   # a kind's regulariser (RCN eq. 15)
             if penalty is not None:
                 loss = loss + penalty
