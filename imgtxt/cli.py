@@ -128,6 +128,11 @@ def train(
     bow_weighting: str = typer.Option("binary", help="bow: binary or tfidf"),
     bow_hidden: int = typer.Option(0, help="bow: hidden layer size of the MLP (0 = linear)"),
     sse_window: int = typer.Option(5, help="sse: convolution window"),
+    amecon_concepts: int = typer.Option(1000, help="amecon: number of meta-concepts C (k-means clusters)"),
+    amecon_neighbours: int = typer.Option(3, help="amecon: hard coding to the m nearest meta-concepts"),
+    amecon_vectors: str = typer.Option("ppmi", help="amecon: word vectors, 'ppmi' (PPMI+SVD on the training "
+                                       "captions) or 'minilm' (MiniLM's token embeddings)"),
+    amecon_hidden: str = typer.Option("4096,4096", help="amecon: hidden layers of the image MLP"),
     negatives: str = typer.Option("both", help="--preset THESIS (one random negative): i2t (swap the caption), "
                                   "t2i (swap the image) or both"),
     rcn_capsules: int = typer.Option(4, help="rcn: number of capsules N_c"),
@@ -161,6 +166,19 @@ def train(
     data_dir = _need_data_dir(data_dir, _check_dataset(dataset))
     if threads:
         torch.set_num_threads(threads)
+    if text_encoder == "amecon":   # not a joint space: its own training (imgtxt/amecon_train.py)
+        from .amecon_train import train_amecon
+
+        folder = output or run_dir / "best"
+        try:
+            hidden = tuple(int(h) for h in amecon_hidden.split(",") if h.strip())
+            train_amecon(dataset, data_dir, FeatureSettings(backbone, layer_set, crops, precision, backbone_weights),
+                         feature_kind, folder, amecon_vectors, amecon_concepts, amecon_neighbours, hidden,
+                         epochs or 5, lr or 1e-3, seed)
+        except (DatasetError, BackboneError, ValueError) as e:
+            fail(str(e))
+        typer.echo(str(folder))
+        return
     if captions not in ("one", "all"):
         fail("--captions must be 'one' or 'all'", 2)
     if negatives not in ("i2t", "t2i", "both"):
@@ -233,6 +251,21 @@ def evaluate(
         fail("--metrics must be 'standard' or 'thesis'", 2)
     if ties not in ("expected", "pessimistic"):
         fail("--ties must be 'expected' or 'pessimistic'", 2)
+    from .amecon import AmeconModel
+
+    if model is not None and AmeconModel.is_amecon(model):
+        from .amecon_train import evaluate_amecon
+
+        try:
+            result, _ = evaluate_amecon(model, dataset, data_dir, split, ties, backbone_weights)
+        except (DatasetError, BackboneError, ImageError) as e:
+            fail(str(e))
+        result = {"dataset": dataset, "split": split, "model": "amecon", **result,
+                  "note": "AMECON is a text-illustration (t2i) model; i2t is reported but not its task"}
+        typer.echo(json.dumps(result) if as_json else
+                   f"AMECON {dataset} {split}: t2i R@1 {result['t2i']['r1']:.1f} R@5 {result['t2i']['r5']:.1f} "
+                   f"R@10 {result['t2i']['r10']:.1f} Med r {result['t2i']['medr']:.0f} (i2t R@1 {result['i2t']['r1']:.1f})")
+        return
     trained = load_model(model)
     try:
         result = evaluate_model(trained, dataset, data_dir, split, save_embeddings, quiet=quiet or as_json,

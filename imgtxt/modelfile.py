@@ -138,6 +138,9 @@ class TrainedModel:
             raise ModelError(f"{folder / 'model.json'}: not valid JSON ({e})") from None
         if config.get("format") != FORMAT:
             raise ModelError(f"{folder}: model.json is not an imgtxt model")
+        if config.get("model") == "amecon":
+            raise ModelError(f"{folder} is an AMECON model (text-illustration by kNN over meta-concept codes): "
+                             f"it is evaluated with `imgtxt eval` only; index/search/caption need a joint-space model")
         if config.get("version", 0) > FORMAT_VERSION:
             raise ModelError(f"{folder}: model format v{config['version']} is newer than this imgtxt (v{FORMAT_VERSION}); upgrade imgtxt")
         path = folder / "model.safetensors"
