@@ -53,9 +53,20 @@ def ppmi_svd_vectors(captions: list[str], words: list[str], dim: int = 300, wind
     with np.errstate(divide="ignore", invalid="ignore"):
         pmi = np.log(counts * col.sum() / np.maximum(row * col, 1e-12))
     ppmi = np.nan_to_num(np.maximum(pmi, 0.0), posinf=0.0, neginf=0.0)
-    u, s, _ = np.linalg.svd(ppmi, full_matrices=False)
-    vectors = u[:, :dim] * np.sqrt(s[:dim])
+    u, s = randomized_svd(ppmi, min(dim, len(words)))
+    vectors = u * np.sqrt(s)
     return (vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)).astype(np.float32)
+
+
+def randomized_svd(a: np.ndarray, k: int, oversample: int = 10, power: int = 3, seed: int = 0):
+    """Top-k left singular vectors and values of `a` (Halko et al. 2011): a full SVD of a 5,000-word PPMI
+    matrix takes minutes on one core, this a few seconds."""
+    rng = np.random.default_rng(seed)
+    q = np.linalg.qr(a @ rng.normal(size=(a.shape[1], min(k + oversample, a.shape[1]))))[0]
+    for _ in range(power):
+        q = np.linalg.qr(a @ (a.T @ q))[0]
+    u_small, s, _ = np.linalg.svd(q.T @ a, full_matrices=False)
+    return (q @ u_small)[:, :k], s[:k]
 
 
 def minilm_vectors(words: list[str], weights: str | Path | None = None) -> np.ndarray:

@@ -38,7 +38,7 @@ def train_amecon(dataset: str, data_dir, settings, feature_kind: str, folder: Pa
     t0 = time.time()
     train = load_split(dataset, data_dir, "train")
     val = load_split(dataset, data_dir, "val")
-    words = amecon.vocabulary(train.captions)
+    words = amecon.vocabulary(train.captions, min_count=2)   # rarer words get no reliable vector
     if word_vectors == "ppmi":
         vectors = amecon.ppmi_svd_vectors(train.captions, words)
     elif word_vectors == "minilm":

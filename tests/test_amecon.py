@@ -77,3 +77,11 @@ def test_mlp_numpy_twin_and_save_load(tmp_path):
     from imgtxt.modelfile import ModelError, TrainedModel
     with pytest.raises(ModelError, match="AMECON"):
         TrainedModel.load(tmp_path / "m")
+
+
+def test_randomized_svd_matches_full_svd_on_low_rank():
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=(40, 5)) @ rng.normal(size=(5, 40))
+    u, s = amecon.randomized_svd(a, 5)
+    np.testing.assert_allclose(s, np.linalg.svd(a, compute_uv=False)[:5], rtol=1e-6)
+    np.testing.assert_allclose(np.abs(u.T @ np.linalg.svd(a)[0][:, :5]), np.eye(5), atol=1e-6)

@@ -39,7 +39,8 @@ def gru_scan(x: np.ndarray, lengths: np.ndarray, w_ih, w_hh, b_ih, b_hh, candida
     """Capsule-parallel GRU. x (C, B, T, I); weights (C, 3H, I), (C, 3H, H), (C, 3H) -> last states (C, B, H)."""
     c, b, t, _ = x.shape
     hidden = w_hh.shape[2]
-    gates_x = np.einsum("cbti,cgi->cbtg", x, w_ih) + b_ih[:, None, None, :]
+    # One batched matmul per capsule (BLAS); np.einsum would run this contraction without BLAS.
+    gates_x = (x.reshape(c, b * t, -1) @ np.transpose(w_ih, (0, 2, 1))).reshape(c, b, t, -1) + b_ih[:, None, None, :]
     act = np.tanh if candidate == "tanh" else _sigmoid
     h = np.zeros((c, b, hidden), np.float32)
     w_hh_t = np.transpose(w_hh, (0, 2, 1))
