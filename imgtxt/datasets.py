@@ -110,6 +110,14 @@ def load_split(dataset: str, data_dir: Path | str, split: str, check_images: boo
     return Split(dataset, split, image_paths, captions)
 
 
+def restval_mask(dataset: str, data_dir: Path | str) -> list[bool]:
+    """For each image of `load_split(dataset, data_dir, "train")`, in order: is it from COCO's restval?
+    (The 2019 FNE paper trained on COCO train without restval; `--coco-train paper` drops these.)"""
+    doc = json.loads(_json_path(Path(data_dir), dataset).read_text(encoding="utf-8"))
+    return [e.get("split") == "restval" for e in doc["images"]
+            if isinstance(e, dict) and e.get("split") in ("train", "restval")]
+
+
 def protocol(dataset: str, split: str, n_images: int) -> str:
     """A one-line description of the evaluation protocol printed next to the numbers."""
     text = (

@@ -12,7 +12,7 @@ from .modelfile import TrainedModel
 
 def evaluate_model(model: TrainedModel, dataset: str, data_dir: Path | str, split: str = "val",
                    save_embeddings: Path | str | None = None, quiet: bool = False,
-                   backbone_weights: str | None = None) -> dict:
+                   backbone_weights: str | None = None, thesis: bool = False, ties: str = "expected") -> dict:
     from .pipeline import FeatureSettings, raw_split_features
 
     data = load_split(dataset, data_dir, split)
@@ -28,13 +28,18 @@ def evaluate_model(model: TrainedModel, dataset: str, data_dir: Path | str, spli
         np.save(out / "captions.npy", captions)
 
     result = {"dataset": dataset, "split": split, "images": len(data), "captions": len(data.captions)}
-    result.update(evaluate_scores(model.scores(images, captions), CAPTIONS_PER_IMAGE))
+    scores = model.scores(images, captions)
+    result.update(evaluate_scores(scores, CAPTIONS_PER_IMAGE, ties))
+    if thesis:
+        from .thesis_metrics import thesis_metrics
+
+        result["thesis"] = thesis_metrics(scores, CAPTIONS_PER_IMAGE, ties)
     if dataset == "coco" and split == "test" and len(data) >= 5000:
         folds = []
         for k in range(5):
             im = images[1000 * k:1000 * (k + 1)]
             cap = captions[5000 * k:5000 * (k + 1)]
-            folds.append(evaluate_scores(model.scores(im, cap), CAPTIONS_PER_IMAGE))
+            folds.append(evaluate_scores(model.scores(im, cap), CAPTIONS_PER_IMAGE, ties))
         result["coco_1k"] = mean_of_folds(folds)
     result["protocol"] = protocol(dataset, split, len(data))
     result["model"] = model.model_id
@@ -51,4 +56,8 @@ def format_result(result: dict) -> str:
     if "coco_1k" in result:
         k = result["coco_1k"]
         lines += ["COCO 1k (mean of 5 folds):", row("i2t", k["i2t"]), row("t2i", k["t2i"]), f"rsum  {k['rsum']:.1f}"]
+    if "thesis" in result:
+        from .thesis_metrics import format_thesis
+
+        lines.append(format_thesis(result["thesis"]))
     return "\n".join(lines)

@@ -219,6 +219,9 @@ class TrainedModel:
             raise ModelError(f"{folder / 'model.json'}: not valid JSON ({e})") from None
         if not isinstance(config, dict) or config.get("format") != FORMAT:
             raise ModelError(f"{folder}: model.json is not an imgtxt model")
+        if config.get("model") == "amecon":
+            raise ModelError(f"{folder} is an AMECON model (text-illustration by kNN over meta-concept codes): "
+                             f"it is evaluated with `imgtxt eval` only; index/search/caption need a joint-space model")
         if not isinstance(config.get("version", 0), int) or config.get("version", 0) > FORMAT_VERSION:
             raise ModelError(f"{folder}: model format v{config['version']} is newer than this imgtxt (v{FORMAT_VERSION}); upgrade imgtxt")
         path = folder / "model.safetensors"
@@ -243,9 +246,9 @@ class TrainedModel:
         digest = config.get("weights_sha256") or hashlib.sha256(path.read_bytes()).hexdigest()
         model_id = f"{safe_name(config.get('name') or folder.name)}-{digest[:12]}"
         model = cls(folder, config, tensors, stats, model_id)
-        if not (folder / "tokenizer.json").is_file() and text_config["kind"] != "gru":
+        if not (folder / "tokenizer.json").is_file() and text_config["kind"] == "minilm":
             raise ModelError(f"{folder}: no tokenizer.json for its {text_config['kind']} text encoder")
-        if text_config["kind"] == "gru":
+        if text_config["kind"] != "minilm":
             model.text  # the vocabulary is small: check it against the weights now  # noqa: B018
         return model
 
@@ -359,9 +362,11 @@ class TrainedModel:
         return order_scores(images, captions)
 
 
-def order_scores(images: np.ndarray, captions: np.ndarray, chunk: int = 64) -> np.ndarray:
-    """-||max(0, c - i)||^2 for every pair, in chunks of images to bound memory."""
+def order_scores(images: np.ndarray, captions: np.ndarray, chunk_elements: int = 1 << 24) -> np.ndarray:
+    """-||max(0, c - i)||^2 for every pair, in blocks of images of at most `chunk_elements` differences
+    (64 MB of float32), so 5,000 captions x 2,048 dims never build a (N, M, D) array."""
     out = np.empty((len(images), len(captions)), np.float32)
+    chunk = max(1, chunk_elements // max(1, captions.shape[0] * captions.shape[1]))
     for s in range(0, len(images), chunk):
         diff = captions[None, :, :] - images[s:s + chunk, None, :]
         out[s:s + chunk] = -np.square(np.maximum(diff, 0)).sum(axis=2)

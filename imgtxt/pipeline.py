@@ -62,27 +62,48 @@ def model_inputs(kind: str, raw: np.ndarray, stats: FeatureStats | None, baselin
     raise ValueError(f"feature kind must be 'fne' or 'baseline', not {kind!r}")
 
 
+def without_restval(split: Split, raw: np.ndarray, data_dir: Path | str) -> tuple[Split, np.ndarray]:
+    """COCO train as the 2019 paper used it (no restval): rows picked from the cached train+restval
+    features, so the cache is neither recomputed nor overwritten."""
+    from .datasets import CAPTIONS_PER_IMAGE, restval_mask
+
+    keep = np.flatnonzero(~np.array(restval_mask(split.dataset, data_dir), dtype=bool))
+    captions = [split.captions[CAPTIONS_PER_IMAGE * i + j] for i in keep for j in range(CAPTIONS_PER_IMAGE)]
+    return Split(split.dataset, split.name, [split.image_paths[i] for i in keep], captions), np.asarray(raw)[keep]
+
+
 def build_training_data(dataset: str, data_dir: Path | str, kind: str, settings: FeatureSettings,
-                        min_count: int = 2, quiet: bool = False, text_kind: str = "gru",
+                        min_count: int = 2, quiet: bool = False, max_words: int | None = None,
+                        vocab_from: str = "train", coco_train: str = "restval", text_kind: str = "gru",
                         text_options: dict | None = None):
-    """text_kind "gru" keeps the paper's word vocabulary; another kind brings its own tokenizer and weights
-    (imgtxt/text_encoders)."""
+    """vocab_from: "train" or "train+val" captions; coco_train: "restval" (VSE++) or "paper" (train only).
+    text_kind "gru" keeps the paper's word vocabulary; another kind brings its own tokenizer and weights
+    (imgtxt/text_encoders); the vocabulary options reach it as options min_count / max_words."""
     from . import text_encoders
     from .train import TrainData
 
+    if vocab_from not in ("train", "train+val"):
+        raise ValueError(f"vocabulary source must be 'train' or 'train+val', not {vocab_from!r}")
+    if coco_train not in ("restval", "paper"):
+        raise ValueError(f"COCO train must be 'restval' or 'paper', not {coco_train!r}")
     train_split = load_split(dataset, data_dir, "train")
     val_split = load_split(dataset, data_dir, "val")
     raw_train, extractor = raw_split_features(train_split, settings, quiet=quiet)
     raw_val, _ = raw_split_features(val_split, settings, extractor=extractor, quiet=quiet)
+    if dataset == "coco" and coco_train == "paper":
+        train_split, raw_train = without_restval(train_split, raw_train, data_dir)
     stats = FeatureStats.fit(raw_train) if kind == "fne" else None  # training images only
     config = feature_config(kind, settings, extractor)
-    extra = {"dataset": dataset, "train_images": len(train_split), "val_images": len(val_split)}
+    vocab_captions = train_split.captions + (val_split.captions if vocab_from == "train+val" else [])
+    extra = {"dataset": dataset, "train_images": len(train_split), "val_images": len(val_split),
+             "vocab_min_count": min_count, "vocab_max_words": max_words, "vocab_from": vocab_from,
+             **({"coco_train": coco_train} if dataset == "coco" else {})}
     if text_kind == "gru":
-        vocab, setup = Vocabulary.build(train_split.captions, min_count=min_count), None
+        vocab, setup = Vocabulary.build(vocab_captions, min_count=min_count, max_words=max_words), None
         tokenize = vocab.encode
-        extra["vocab_min_count"] = min_count
     else:
-        vocab, setup = None, text_encoders.prepare(text_kind, train_split.captions, text_options or {})
+        options = {"min_count": min_count, "max_words": max_words, **(text_options or {})}
+        vocab, setup = None, text_encoders.prepare(text_kind, vocab_captions, options)
         tokenize = setup.tokenize
     return TrainData(
         train_features=model_inputs(kind, raw_train, stats, extractor.baseline_slice),

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from .fne import FeatureStats
-from .losses import hinge_loss
+from .losses import hinge_loss, same_image_mask, single_negative_loss
 from .metrics import evaluate_scores
 from .model import JointConfig, JointModel, pad_batch
 from .modelfile import save_model
@@ -30,7 +30,7 @@ from .vocab import Vocabulary
 
 @dataclass
 class Phase:
-    loss: str           # "sum" or "max"
+    loss: str           # "sum" or "max" of hinges over the batch, or "single" (one random negative, thesis)
     lr: float
 
 
@@ -51,6 +51,7 @@ class TrainConfig:
     captions_per_image: str = "one" # "one": one random caption per image per epoch (paper); "all": five
     lr_decay_epochs: int = 0        # divide lr by 10 after this many epochs of a phase (0 = never)
     seed: int = 0
+    negatives: str = "both"         # "single" loss: swap the caption (i2t), the image (t2i), or both
     text_lr: float = 0.0            # lr of a pretrained text encoder's trained layers (0 = the phase's lr)
     average_best: int = 1           # at the end, average the weights of the best K epochs (kept if better)
 
@@ -65,24 +66,56 @@ class TrainConfig:
         return cls(**d)
 
 
-# FNE paper Table 1, Flickr8k column. Sizes are the paper's; on a CPU they are slow, so the CLI
-# lets --embed-dim/--word-dim override them (and README says which were used for each number).
-PRESETS: dict[str, TrainConfig] = {
-    "SH": TrainConfig([Phase("sum", 2e-4)], "cosine", 0.2, word_dim=1024, embed_dim=1536),
-    "MH": TrainConfig([Phase("max", 2e-4)], "cosine", 0.2, word_dim=1024, embed_dim=1024),
-    "SOE": TrainConfig([Phase("sum", 1e-3)], "order", 0.05, word_dim=1024, embed_dim=1024, use_abs=True),
-    "MOE": TrainConfig([Phase("max", 1e-3)], "order", 0.05, word_dim=1536, embed_dim=1536, use_abs=True),
-    "PH": TrainConfig([Phase("sum", 2e-4), Phase("max", 2e-4)], "cosine", 0.2, word_dim=1024, embed_dim=1536),
-    "POE": TrainConfig([Phase("sum", 1e-3), Phase("max", 1e-4)], "order", 0.05, word_dim=1024, embed_dim=1024,
-                       use_abs=True),
+# FNE paper (2019) Table 1, every column: loss, similarity, margin, abs, learning rate(s), word embedding size,
+# and the joint-space size per dataset. The "-bl" rows are the one-layer (FC7) baselines' own settings.
+# Sizes are the paper's; on a CPU they are slow, so the CLI lets --embed-dim/--word-dim override them
+# (and README says which were used for each number).
+_TABLE1 = {
+    #          phases (loss, lr)                       similarity margin abs   word  embed f8k/f30k/coco
+    "SH":     ([("sum", 2e-4)],                          "cosine", 0.2, False, 1024, (1536, 1536, 1536)),
+    "SH-BL":  ([("sum", 2e-4)],                          "cosine", 0.2, False, 1000, (2048, 2048, 2048)),
+    "MH":     ([("max", 2e-4)],                          "cosine", 0.2, False, 1024, (1024, 1536, 2048)),
+    "MH-BL":  ([("max", 2e-4)],                          "cosine", 0.2, False, 300, (1024, 1024, 1024)),
+    "SOE":    ([("sum", 1e-3)],                          "order", 0.05, True, 1024, (1024, 1024, 1536)),
+    "SOE-BL": ([("sum", 1e-3)],                          "order", 0.05, True, 300, (1024, 1024, 1024)),
+    "MOE":    ([("max", 1e-3)],                          "order", 0.05, True, 1536, (1536, 1536, 2048)),
+    # As printed: MOE-bl has margin 0.2, lr 2e-4 and no absolute value although it uses order similarity.
+    "MOE-BL": ([("max", 2e-4)],                          "order", 0.2, False, 300, (1024, 1024, 1024)),
+    "PH":     ([("sum", 2e-4), ("max", 2e-4)],           "cosine", 0.2, False, 1024, (1536, 1536, 1536)),
+    "POE":    ([("sum", 1e-3), ("max", 1e-4)],           "order", 0.05, True, 1024, (1024, 1024, 2048)),
 }
+_DATASET_COLUMN = {"flickr8k": 0, "flickr30k": 1, "coco": 2}
+PRESET_NAMES = tuple(_TABLE1)
 
 
-def preset(name: str, **overrides) -> TrainConfig:
+def _table1(name: str, dataset: str) -> TrainConfig:
+    phases, similarity, margin, use_abs, word_dim, embed = _TABLE1[name]
+    cfg = TrainConfig([Phase(loss, lr) for loss, lr in phases], similarity, margin, word_dim=word_dim,
+                      embed_dim=embed[_DATASET_COLUMN[dataset]], use_abs=use_abs)
+    if name == "SH-BL" and dataset == "coco":        # footnote a: word embedding 2000, lr 0.00025 on MSCOCO
+        cfg = replace(cfg, word_dim=2000, phases=[Phase("sum", 2.5e-4)])
+    if name == "MH" and dataset in ("flickr8k", "flickr30k"):
+        cfg = replace(cfg, max_epochs=400)           # section 4.3.1: MH kept improving after 200 epochs
+    return cfg
+
+
+PRESETS: dict[str, TrainConfig] = {name: _table1(name, "flickr8k") for name in _TABLE1}
+
+# The 2016 thesis (Table 6.1): one random negative per pair, margin 0.15, lr 0.001, joint space 1000 (its BoW
+# models); imgtxt trains with Adam where the thesis used SGD with a linear lr decay.
+OTHER_PRESETS = {"THESIS": TrainConfig([Phase("single", 1e-3)], "cosine", 0.15, word_dim=300, embed_dim=1000)}
+
+
+def preset(name: str, dataset: str = "flickr8k", **overrides) -> TrainConfig:
+    """The paper's settings for a Table 1 column on a dataset; overrides that are None keep the paper's."""
     name = name.upper()
-    if name not in PRESETS:
-        raise ValueError(f"unknown preset {name!r}; known: {', '.join(PRESETS)}")
-    return replace(PRESETS[name], **{k: v for k, v in overrides.items() if v is not None})
+    if name in OTHER_PRESETS:
+        return replace(OTHER_PRESETS[name], **{k: v for k, v in overrides.items() if v is not None})
+    if name not in _TABLE1:
+        raise ValueError(f"unknown preset {name!r}; known: {', '.join(_TABLE1)}, {', '.join(OTHER_PRESETS)}")
+    if dataset not in _DATASET_COLUMN:
+        raise ValueError(f"no Table 1 column for dataset {dataset!r}; known: {', '.join(_DATASET_COLUMN)}")
+    return replace(_table1(name, dataset), **{k: v for k, v in overrides.items() if v is not None})
 
 
 def with_learning_rates(cfg: TrainConfig, lr: float | None = None, phase2_lr: float | None = None) -> TrainConfig:
@@ -302,7 +335,15 @@ def train(run_dir: Path | str, data: TrainData, cfg: TrainConfig, init_from: Pat
                 continue
             feats = torch.from_numpy(np.asarray(data.train_features[batch[:, 0]])).to(device)
             scores = model.similarity(model.image(feats), train_text.encode(batch[:, 1]))
-            loss = hinge_loss(scores, cfg.margin, phase.loss)
+            # With five captions per epoch two captions of one image can share a batch: not negatives.
+            also_positive = same_image_mask(batch[:, 0]) if cfg.captions_per_image == "all" else None
+            if phase.loss == "single":
+                loss = single_negative_loss(scores, cfg.margin, cfg.negatives, also_positive)
+            else:
+                loss = hinge_loss(scores, cfg.margin, phase.loss, also_positive)
+            penalty = getattr(model.text.encoder, "penalty", None)   # a kind's regulariser (RCN eq. 15)
+            if penalty is not None:
+                loss = loss + penalty
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)

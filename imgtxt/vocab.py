@@ -59,12 +59,13 @@ class Vocabulary:
         self.index = {w: i for i, w in enumerate(self.words)}
 
     @classmethod
-    def build(cls, captions: Iterable[str], min_count: int = 2) -> "Vocabulary":
-        """Words seen at least `min_count` times. Rarer words become <unk> during training, so the
-        <unk> embedding is trained on real rare words and means something at query time."""
+    def build(cls, captions: Iterable[str], min_count: int = 2, max_words: int | None = None) -> "Vocabulary":
+        """Words seen at least `min_count` times, the `max_words` most frequent of them when given (the
+        RCN paper keeps 5,000). Rarer words become <unk> during training, so the <unk> embedding is
+        trained on real rare words and means something at query time."""
         counts = Counter(t for c in captions for t in tokenize(c))
         kept = sorted((w for w, n in counts.items() if n >= min_count), key=lambda w: (-counts[w], w))
-        return cls(kept)
+        return cls(kept[:max_words] if max_words else kept)
 
     def __len__(self) -> int:
         return len(self.words)

@@ -62,3 +62,45 @@ def test_perfect_scores_give_zero_loss():
     scores = torch.eye(4) * 1.0
     assert hinge_loss(scores, 0.2, "sum") == 0
     assert hinge_loss(scores, 0.2, "max") == 0
+
+
+def test_chunked_order_similarity_equals_unchunked_with_gradients():
+    from imgtxt.losses import order_similarity_unchunked
+    torch.manual_seed(0)
+    images = torch.rand(7, 5, dtype=torch.float64, requires_grad=True)
+    captions = torch.rand(9, 5, dtype=torch.float64, requires_grad=True)
+    weights = torch.randn(7, 9, dtype=torch.float64)
+    ref = order_similarity_unchunked(images, captions)
+    (ref * weights).sum().backward()
+    g_ref = images.grad.clone(), captions.grad.clone()
+    for budget in (1, 2 * 9 * 5, 10 ** 6):   # one image per block, two, all at once
+        images.grad = captions.grad = None
+        out = order_similarity(images, captions, chunk_elements=budget)
+        assert torch.allclose(out, ref)
+        (out * weights).sum().backward()
+        assert torch.allclose(images.grad, g_ref[0]) and torch.allclose(captions.grad, g_ref[1])
+    assert torch.autograd.gradcheck(lambda a, b: order_similarity(a, b, 2 * 9 * 5), (images, captions))
+
+
+def test_numpy_order_scores_chunked_equal_torch():
+    import numpy as np
+    from imgtxt.modelfile import order_scores
+    rng = np.random.default_rng(0)
+    images, captions = rng.random((11, 6)).astype(np.float32), rng.random((13, 6)).astype(np.float32)
+    ref = order_similarity(torch.from_numpy(images), torch.from_numpy(captions)).numpy()
+    for budget in (1, 13 * 6 * 3, 10 ** 6):
+        np.testing.assert_allclose(order_scores(images, captions, chunk_elements=budget), ref, rtol=1e-6)
+
+
+def test_same_image_captions_are_not_negatives_of_each_other():
+    from imgtxt.losses import same_image_mask
+    # rows/columns 0 and 1 are two captions of image 7: (0,1) and (1,0) are right answers too
+    scores = torch.tensor([[0.5, 0.9, 0.1],
+                           [0.9, 0.5, 0.1],
+                           [0.1, 0.1, 0.5]])
+    mask = same_image_mask([7, 7, 3])
+    assert mask.tolist() == [[True, True, False], [True, True, False], [False, False, True]]
+    # unmasked, the 0.9 pairs are violations of 0.2 + 0.9 - 0.5 = 0.6 each way, four times
+    assert torch.isclose(hinge_loss(scores, 0.2, "sum"), torch.tensor(4 * 0.6))
+    assert hinge_loss(scores, 0.2, "sum", also_positive=mask) == 0
+    assert hinge_loss(scores, 0.2, "max", also_positive=mask) == 0

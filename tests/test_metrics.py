@@ -41,9 +41,39 @@ def test_perfect_and_reversed_rankings():
     assert r["t2i"]["r1"] == 0 and r["t2i"]["medr"] == n
 
 
-def test_ties_count_against_the_right_answer_only_when_strictly_better():
+def test_ties_are_resolved_pessimistically_or_in_expectation():
     scores = np.ones((2, 2))
-    assert i2t_ranks(scores, 1).tolist() == [1, 1]
+    assert i2t_ranks(scores, 1, ties="pessimistic").tolist() == [2, 2]
+    assert i2t_ranks(scores, 1, ties="expected").tolist() == [1.5, 1.5]
+
+
+@pytest.mark.parametrize("n", [20, 100])
+def test_constant_scores_give_chance_level_recall_not_rsum_600(n):
+    k = 5
+    r = evaluate_scores(np.zeros((n, n * k)), k)
+    # t2i: the right image is one of n in a random order -> R@K = K/n exactly
+    for K, key in ((1, "r1"), (5, "r5"), (10, "r10")):
+        assert r["t2i"][key] == pytest.approx(100 * K / n)
+    # i2t: 5 right captions among 5n -> P(hit in top K) = 1 - C(5n-5, K) / C(5n, K)
+    from math import comb
+    for K, key in ((1, "r1"), (5, "r5"), (10, "r10")):
+        assert r["i2t"][key] == pytest.approx(100 * (1 - comb(5 * n - 5, K) / comb(5 * n, K)))
+    assert r["rsum"] < 100 * 2 * 16 / n + 1e-9        # chance, far from 600
+    assert r["t2i"]["medr"] >= n // 2
+    pess = evaluate_scores(np.zeros((n, n * k)), k, ties="pessimistic")
+    assert pess["rsum"] == 0 and pess["t2i"]["medr"] == n
+
+
+def test_partial_ties_by_hand():
+    # 1 caption query vs 4 images: image 0 (right) ties with images 1 and 2, image 3 is strictly better.
+    scores = np.array([[0.5], [0.5], [0.5], [0.9]])
+    from imgtxt.metrics import t2i_counts
+    c = t2i_counts(scores, 1)
+    assert (c.higher.tolist(), c.tied.tolist(), c.own_tied.tolist()) == ([1], [2], [1])
+    assert c.ranks("expected").tolist() == [1 + 1 + 2 / 2]
+    assert c.recall_at(1) == 0                       # the better image takes place 1
+    assert c.recall_at(2) == pytest.approx(100 / 3)  # right image first of three tied
+    assert c.recall_at(5) == 100
 
 
 def test_mean_of_folds():

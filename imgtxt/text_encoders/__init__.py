@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-KINDS = ("gru", "minilm")
+KINDS = ("gru", "minilm", "rcn", "bow", "sse")
 
 
 @dataclass

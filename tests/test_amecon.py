@@ -1,0 +1,87 @@
+"""AMECON: hard coding, caption codes, region boxes and pooling, k-means, the MLP's numpy twin, save/load."""
+import numpy as np
+import pytest
+
+from imgtxt import amecon
+
+
+def test_content_words_drop_stop_words():
+    assert amecon.content_words("A dog is running on the beach!") == ["dog", "running", "beach"]
+
+
+def test_hard_coding_to_m_nearest_and_max_pooling():
+    centres = np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0], [5.0, 5.0]])
+    vectors = np.array([[0.9, 0.1],    # nearest: 1 (0.02), 0 (0.82), 2 (1.62)
+                        [4.0, 4.0]])   # nearest: 3, then 1 vs 2 tie (25) -> lower index first, 1
+    codes = amecon.hard_codes(vectors, centres, m=2)
+    assert codes.tolist() == [[1, 0], [3, 1]]
+    out = amecon.text_codes(["the dog", "dog and cat", "zebra"], {"dog": 0, "cat": 1}, codes, 4)
+    assert out.tolist() == [[1, 1, 0, 0], [1, 1, 0, 1], [0, 0, 0, 0]]
+
+
+def test_region_boxes_full_plus_four_corners_at_two_thirds():
+    boxes = amecon.region_boxes(300, 600)
+    assert boxes == [(0, 0, 300, 600), (0, 0, 200, 400), (0, 200, 200, 600), (100, 0, 300, 400), (100, 200, 300, 600)]
+    image = np.arange(9 * 12 * 3).reshape(9, 12, 3)
+    crops = amecon.region_crops(image)
+    assert [c.shape for c in crops] == [(9, 12, 3)] + [(6, 8, 3)] * 4
+    assert (crops[4] == image[3:, 4:]).all()
+
+
+def test_region_pooling_is_max_per_image():
+    f = np.array([[1, 0], [0, 2], [3, 0], [0, 0], [1, 1],      # image 0's five regions
+                  [0, 0], [0, 0], [0, 0], [0, 9], [5, 0]], dtype=np.float32)
+    assert amecon.pool_regions(f).tolist() == [[3, 2], [5, 9]]
+
+
+def test_kmeans_finds_separated_groups():
+    rng = np.random.default_rng(0)
+    x = np.concatenate([rng.normal(c, 0.05, (30, 2)) for c in ([0, 0], [3, 0], [0, 3])]).astype(np.float32)
+    centres = amecon.kmeans(x, 3, seed=1)
+    assert sorted(np.round(centres).tolist()) == [[0, 0], [0, 3], [3, 0]]
+
+
+def test_ppmi_vectors_put_cooccurring_words_together():
+    caps = ["dog runs grass"] * 5 + ["cat sleeps sofa"] * 5 + ["dog grass"] * 3 + ["cat sofa"] * 3
+    words = amecon.vocabulary(caps)
+    v = amecon.ppmi_svd_vectors(caps, words, dim=2)
+    i = {w: k for k, w in enumerate(words)}
+    assert v[i["dog"]] @ v[i["grass"]] > v[i["dog"]] @ v[i["sofa"]]
+
+
+def test_mlp_numpy_twin_and_save_load(tmp_path):
+    import torch
+    rng = np.random.default_rng(0)
+    feats = rng.normal(size=(20, 6)).astype(np.float32)
+    labels = (rng.random((40, 5)) > 0.5).astype(np.float32)
+    weights = amecon.train_image_mlp(feats, labels, np.arange(40) // 2, hidden=(8, 8), epochs=2, batch=16,
+                                     log=lambda m: None)
+    # numpy forward == torch forward with the same weights (eval mode: no dropout)
+    net = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.ReLU(), torch.nn.Linear(8, 8), torch.nn.ReLU(),
+                              torch.nn.Linear(8, 5))
+    with torch.no_grad():
+        for k, layer in zip(range(3), [net[0], net[2], net[4]]):
+            layer.weight.copy_(torch.from_numpy(weights[f"mlp.{k}.weight"]))
+            layer.bias.copy_(torch.from_numpy(weights[f"mlp.{k}.bias"]))
+        expected = torch.sigmoid(net(torch.from_numpy(feats))).numpy()
+    np.testing.assert_allclose(amecon.mlp_forward(feats, weights), expected, atol=1e-6)
+    codes = np.array([[0, 1], [2, 3]], np.int32)
+    amecon.save(tmp_path / "m", {**weights, "codes": codes}, ["dog", "cat"], {"concepts": 5, "features": {}})
+    model = amecon.AmeconModel(tmp_path / "m")
+    assert amecon.AmeconModel.is_amecon(tmp_path / "m")
+    assert model.encode_text(["a cat"]).tolist() == [[0, 0, 1, 1, 0]]
+    np.testing.assert_allclose(model.encode_images(feats), expected, atol=1e-6)
+    # kNN: an image whose probabilities equal a caption's code is its nearest
+    s = amecon.t2i_scores(np.array([[0, 0, 1, 1, 0], [1, 1, 0, 0, 0]], np.float32), model.encode_text(["cat"]))
+    assert s[0, 0] == 0 and s[1, 0] == -4
+    from imgtxt.modelfile import ModelError, TrainedModel
+    with pytest.raises(ModelError, match="AMECON"):
+        TrainedModel.load(tmp_path / "m")
+
+
+def test_randomized_svd_matches_full_svd_on_low_rank():
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=(40, 5)) @ rng.normal(size=(5, 40))
+    u, s = amecon.randomized_svd(a, 5)
+    np.testing.assert_allclose(s, np.linalg.svd(a, compute_uv=False)[:5], rtol=1e-6)
+    np.testing.assert_allclose(np.abs(u.T @ np.linalg.svd(a)[0][:, :5]), np.eye(5), atol=1e-6)

@@ -1,0 +1,100 @@
+"""The 2016 thesis's text models: vectorisers, the single-negative loss, numpy == torch, save/load."""
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from imgtxt.losses import same_image_mask, single_negative_loss
+from imgtxt.text_encoders import bow, prepare
+
+
+def test_words_drop_articles_and_punctuation():
+    assert bow.words("A dog, the CAT and an owl!") == ["dog", "cat", "and", "owl"]
+    assert bow.ngrams("a red dog runs", "bi") == ["red", "dog", "runs", "red_dog", "dog_runs"]
+    assert bow.ngrams("red dog runs far", "skip") == ["red", "dog", "runs", "far", "red_dog", "dog_runs",
+                                                      "runs_far", "red_dog_runs", "dog_runs_far",
+                                                      "red__runs", "dog__far"]
+
+
+def test_vectoriser_vocabulary_binary_and_tfidf():
+    caps = ["dog dog runs", "dog sits", "cat sits"]
+    vec = bow.Vectorizer.fit(caps, "uni", "tfidf", max_features=3)
+    assert vec.terms == ["dog", "sits", "cat"]             # by frequency, then alphabetically; "runs" cut
+    assert vec.idf[2] == pytest.approx(math.log(3 / 2))    # df(dog) = 2 of 3 captions
+    ids = vec.ids("dog dog runs")
+    assert ids == [2, 2]                                    # each occurrence (tf), unknown words dropped
+    weights = bow.token_weights(np.array([ids]), np.array([2]), vec.idf, "tfidf")
+    # tf-idf(dog) = count / |d| * idf = 2/2 * log(3/2): the two occurrences' weights sum to it
+    assert weights.sum() == pytest.approx(math.log(3 / 2))
+    binary = bow.Vectorizer.fit(caps, "uni", "binary")
+    assert binary.ids("dog dog runs") == [2, 5] and binary.ids("zebra") == [1]
+
+
+def test_single_negative_loss_by_hand():
+    scores = torch.tensor([[0.9, 0.5], [0.3, 0.6]])
+    # B = 2: the only negative of pair 0 is 1 and vice versa
+    # i2t: pair 0: .15 - .9 + .5 = -.25 -> 0; pair 1: .15 - .6 + .3 = -.15 -> 0
+    assert single_negative_loss(scores, 0.15, "i2t") == 0
+    # t2i: pair 0: .15 - .9 + .3 -> 0; pair 1: .15 - .6 + .5 = .05
+    assert torch.isclose(single_negative_loss(scores, 0.15, "t2i"), torch.tensor(0.05))
+    assert torch.isclose(single_negative_loss(scores, 0.15, "both"), torch.tensor(0.05))
+    assert single_negative_loss(scores, 0.15, "t2i", also_positive=same_image_mask([4, 4])) == 0
+    # one negative per pair, never the pair itself: on a 3x3 matrix with a huge diagonal the loss is 0
+    big = torch.eye(3) * 10
+    assert single_negative_loss(big, 0.15, "both") == 0
+    with pytest.raises(ValueError):
+        single_negative_loss(scores, 0.15, "x")
+
+
+CAPS = ["a red dog runs", "the blue cat sits", "red cat", "a dog on grass", "blue dog runs on grass"]
+
+
+@pytest.mark.parametrize("kind,options", [
+    ("bow", {"ngrams": "uni", "weighting": "binary", "hidden": 0}),
+    ("bow", {"ngrams": "skip", "weighting": "tfidf", "hidden": 7}),
+    ("sse", {"word_dim": 6, "window": 5}),
+    ("sse", {"word_dim": 6, "window": 2}),
+])
+def test_numpy_equals_torch(tmp_path, kind, options):
+    from imgtxt.text_encoders import runtime, torch_encoder
+    setup = prepare(kind, CAPS, options)
+    torch.manual_seed(0)
+    enc = torch_encoder(setup.config, 9).eval()
+    if setup.init_tensors:
+        enc.import_tensors(setup.init_tensors, pretrained_only=True)
+    for name, data in setup.files.items():
+        (tmp_path / name).write_bytes(data)
+    tensors = {k: v.detach().numpy() for k, v in enc.export_tensors().items()}
+    rt = runtime(setup.config, tensors, tmp_path)
+    texts = ["a red dog runs on grass", "cat", "zebra", ""]
+    from imgtxt.model import pad_batch
+    tokens = [setup.tokenize(t) for t in texts]
+    assert tokens == [rt.tokenize(t) for t in texts]
+    with torch.no_grad():
+        expected = enc(*pad_batch(tokens)).numpy()
+    np.testing.assert_allclose(rt.encode(tokens), expected, atol=1e-5)
+    assert rt.check_query("zebra") and rt.check_query("red dog") is None
+
+
+@pytest.mark.parametrize("kind", ["bow", "sse"])
+def test_thesis_model_trains_saves_loads(tmp_path, kind):
+    from imgtxt.fne import FeatureStats
+    from imgtxt.metrics import evaluate_scores
+    from imgtxt.modelfile import TrainedModel
+    from imgtxt.train import TrainData, preset, train
+    from tests.test_model import feature_config, synthetic
+
+    feats, caps = synthetic(0)
+    setup = prepare(kind, caps, {"ngrams": "bi", "weighting": "tfidf", "hidden": 16, "word_dim": 8})
+    tokens = [setup.tokenize(c) for c in caps]
+    data = TrainData(feats, tokens, feats, tokens, None, caps, feature_config(48),
+                     FeatureStats(np.zeros(48, np.float32), np.ones(48, np.float32)), text_setup=setup)
+    cfg = preset("THESIS", embed_dim=16, batch_size=32, max_epochs=6, patience=9, captions_per_image="all",
+                 negatives="both")
+    cfg.phases[0].lr = 1e-2
+    best = train(tmp_path / "run", data, cfg)
+    assert best["rsum"] > 150, best["val"]       # chance ~50
+    model = TrainedModel.load(tmp_path / "run" / "best")
+    scores = model.scores(model.encode_image_features(feats), model.encode_text(caps))
+    assert evaluate_scores(scores)["rsum"] == pytest.approx(best["rsum"], abs=5.0)   # fp16 weights
