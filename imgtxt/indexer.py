@@ -1,11 +1,12 @@
-"""One incremental `imgtxt index` run: scan, compare with the database, embed what is new, rebuild Annoy.
+"""One incremental `imgtxt index` run: scan, compare with the database, embed what is new, update the search files.
 
 - unchanged (same size and mtime, same model): not opened at all;
 - new or changed: hashed; a hash already in the index (a moved, renamed or copied photo) reuses the stored
   vector, otherwise the photo is decoded (in worker threads, ahead of the CNN) and embedded in batches;
 - gone from disk: removed. A photo whose old path is gone and whose content reappears elsewhere is a move.
 Every batch is one SQLite transaction, so `kill -9` loses at most the batch in flight; the rerun sees the
-committed photos as unchanged. Annoy is rebuilt from SQLite only at the end of a complete run.
+committed photos as unchanged. The vector search files follow SQLite at the end of a complete run, writing
+only what changed (vector_index.sync).
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ import numpy as np
 from . import vector_index
 from .images import ImageError, in_order, load_rgb, register_heif
 from .scan import Found, Problem, scan
-from .store import Store, StoreError, is_under, now_iso, path_key, real_path
+from .store import Store, StoreError, encode_vector, is_under, now_iso, path_key, real_path
 
 
 @dataclass
@@ -37,6 +38,7 @@ class Summary:
     embedded: int = 0                                              # photos that went through the CNN
     indexed: int = 0                                               # photos searchable after the run
     model_note: str = ""
+    vector_index: str = ""                                         # what the run did to the search files
 
     def reason_counts(self) -> Counter:
         return Counter(reason.split(" (")[0] for reason in self.skipped.values())
@@ -44,7 +46,8 @@ class Summary:
     def as_dict(self) -> dict:
         return {"added": self.added, "updated": self.updated, "moved": self.moved, "removed": self.removed,
                 "unchanged": self.unchanged, "skipped": len(self.skipped), "embedded": self.embedded,
-                "indexed": self.indexed, "skipped_reasons": dict(self.reason_counts())}
+                "indexed": self.indexed, "skipped_reasons": dict(self.reason_counts()),
+                "vector_index": self.vector_index}
 
     def line(self) -> str:
         text = (f"{self.added} added, {self.updated} updated, {self.moved} moved, {self.removed} removed, "
@@ -297,7 +300,7 @@ class IndexRun:
                 squares = np.stack([square for _, (square, _, _) in batch])
                 for (w, (_, width, height)), vector in zip(batch, embedder.embed(squares).astype(np.float32)):
                     self.count_added_or_updated(w)
-                    self.writes.append(lambda w=w, wd=width, ht=height, v=vector.tobytes(): self.store.put_photo(
+                    self.writes.append(lambda w=w, wd=width, ht=height, v=encode_vector(vector): self.store.put_photo(
                         w.path, w.size, w.mtime_ns, w.hash, wd, ht, v, self.model_id))
                 self.summary.embedded += len(batch)
             done = len(self.writes)
@@ -318,7 +321,7 @@ class IndexRun:
         if bar is not None:
             bar.close()
 
-    # ------------------------------------------------------------------ 5. removals, folder problems, Annoy
+    # ------------------------------------------------------------------ 5. removals, folder problems, vectors
     def finish(self, found: dict[str, Found], problems: list[Problem], vanished: set[str]) -> None:
         store, summary = self.store, self.summary
         with store.db.atomic():
@@ -333,8 +336,10 @@ class IndexRun:
                     self.log(f"imgtxt: skipped {key}: {problem.reason}")
                 store.put_skipped(problem.path, problem.reason)
         dim = self.model.config["joint"]["embed_dim"]
-        summary.indexed = vector_index.build(store.index_dir, self.model_id, dim, self.model.similarity_kind,
-                                             store.iter_vectors(self.model_id))
+        synced = vector_index.sync(store, self.model_id, dim, self.model.similarity_kind)
+        summary.indexed, summary.vector_index = synced.live, synced.line()
+        if synced.seconds >= 1.0:  # a rebuild of many photos: say why it took a while
+            self.log(f"imgtxt: {synced.line()}")
         store.set_meta(model_id=self.model_id, model_folder=str(Path(self.model.folder).resolve()),
                        similarity=self.model.similarity_kind, embed_dim=dim, last_run=now_iso(),
                        photos=summary.indexed)

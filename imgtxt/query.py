@@ -1,7 +1,7 @@
 """Answering queries against an index: text -> photos, photo -> captions, photo -> photos, status.
 
 Nothing here imports torch: text is encoded by the model's numpy GRU, indexed photos use their stored
-vectors, and Annoy is memory-mapped. Only a photo that is not in the index needs the CNN, and the
+vectors, and the vector search files are memory-mapped. Only a photo that is not in the index needs the CNN, and the
 caller passes a `embed_photo` function for that case.
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from . import vector_index
-from .store import StoreError, open_readonly, path_key, read_meta
+from .store import StoreError, decode_vectors, open_readonly, path_key, read_meta
 
 
 class QueryError(Exception):
@@ -30,7 +30,7 @@ class Hit:
 
 
 class Index:
-    """A read-only view of an index folder: the SQLite rows and the Annoy file of its model."""
+    """A read-only view of an index folder: the SQLite rows and the vector search files of its model."""
 
     def __init__(self, index_dir: Path):
         self.dir = Path(index_dir)
@@ -53,22 +53,28 @@ class Index:
             return self.conn.execute(f"SELECT count(*) FROM {table} WHERE model_id = ?", [model_id]).fetchone()[0]
         return self.conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
 
-    def vectors(self, model) -> vector_index.VectorIndex:
+    def vectors(self, model):
         if self.model_id is None:
             raise StoreError(f"the index at {self.dir} has no completed run yet: run `imgtxt index FOLDER`")
         if self.model_id != model.model_id:
             raise StoreError(f"the index at {self.dir} was built with model {self.model_id}, not {model.model_id}: "
                              f"run `imgtxt index` with this model to re-embed, or pass the index's --model")
-        path = vector_index.index_path(self.dir, model.model_id)
-        if not path.is_file():
+        vectors = vector_index.open_vectors(self.dir, self.meta, self.conn, model.model_id,
+                                            model.config["joint"]["embed_dim"])
+        if len(vectors) == 0:
             raise StoreError(f"the index at {self.dir} is empty: run `imgtxt index FOLDER` with some photos")
-        return vector_index.VectorIndex(path, model.config["joint"]["embed_dim"], model.similarity_kind)
+        return vectors
 
-    def paths(self, ids: list[int]) -> dict[int, str]:
-        marks = ",".join("?" * len(ids))
-        return dict(self.conn.execute(f"SELECT id, path FROM photos WHERE id IN ({marks})", ids).fetchall()) if ids else {}
+    def paths(self, ids: list[int], chunk: int = 10_000) -> dict[int, str]:
+        """id -> path of the ids still in the index (removed photos are left out)."""
+        out: dict[int, str] = {}
+        for s in range(0, len(ids), chunk):  # SQLite caps the number of ? in one statement
+            part = ids[s:s + chunk]
+            out.update(self.conn.execute(f"SELECT id, path FROM photos WHERE id IN ({','.join('?' * len(part))})",
+                                         part).fetchall())
+        return out
 
-    def stored_vector(self, path: str, model_id: str) -> np.ndarray | None:
+    def stored_vector(self, path: str, model_id: str, dim: int) -> np.ndarray | None:
         """The indexed vector of a photo, if the file is unchanged since it was embedded by this model."""
         row = self.conn.execute("SELECT size, mtime_ns, embedding, model_id FROM photos WHERE path = ?",
                                 [path_key(path)]).fetchone()
@@ -77,7 +83,7 @@ class Index:
         st = os.stat(path)
         if (st.st_size, st.st_mtime_ns) != (row[0], row[1]):
             return None
-        return np.frombuffer(row[2], dtype=np.float32)
+        return decode_vectors([row[2]], dim)[0]
 
     def skipped(self) -> list[tuple[str, str]]:
         return self.conn.execute("SELECT path, reason FROM skipped ORDER BY path").fetchall()
@@ -100,19 +106,19 @@ def check_query(model, text: str) -> None:
         raise QueryError(f"none of the words in {text!r} are known to the model; try other words")
 
 
-def rank(index: Index, model, vectors: vector_index.VectorIndex, query: np.ndarray, n: int, score_fn,
+def rank(index: Index, model, vectors, query: np.ndarray, n: int, score_fn,
          min_score: float | None = None, exclude: str | None = None) -> list[Hit]:
-    ids, candidates = vectors.candidates(query, n + (1 if exclude else 0))
-    if not ids:
-        return []
-    scores = score_fn(candidates)
-    # An index run may have removed or moved a photo since Annoy was built: ids map to current paths.
+    # Removed photos may still be in the search files (`dead`): ask for that many more, and map ids to the
+    # current paths, which leaves them out. The work is proportional to n, not to the library.
+    ids, scores = vectors.search(query, n + (1 if exclude else 0) + vectors.dead, score_fn)
+    ids = ids.tolist()
     paths = index.paths(ids)
-    order = np.argsort(-scores, kind="stable")
     hits = []
-    for i in order:
+    for i in range(len(ids)):
         path = paths.get(ids[i])
-        if path is None or path == exclude or (min_score is not None and scores[i] < min_score):
+        if min_score is not None and scores[i] < min_score:
+            break  # best first: the rest score lower
+        if path is None or path == exclude:
             continue
         hits.append(Hit(len(hits) + 1, float(scores[i]), path))
         if len(hits) == n:
@@ -141,7 +147,7 @@ def check_photo(path: str) -> str:
 def photo_vector(path: str, model, index: Index | None, embed_photo) -> np.ndarray:
     """The stored vector when the photo is indexed and unchanged, else the CNN's (`embed_photo(path)`)."""
     if index is not None and index.model_id == model.model_id:
-        stored = index.stored_vector(path, model.model_id)
+        stored = index.stored_vector(path, model.model_id, model.config["joint"]["embed_dim"])
         if stored is not None:
             return stored
     return embed_photo(path)

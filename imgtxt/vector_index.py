@@ -1,79 +1,386 @@
-"""The Annoy nearest-neighbour index: built from SQLite after each index run, swapped in atomically.
+"""Nearest-neighbour search over the photos' vectors, kept in step with SQLite without rewriting what did not change.
 
-The file is `vectors-<model id>.ann` in the index folder, item id = photos.id. Naming it by model means a
-search can never read vectors of another model, and a search running during a rebuild keeps the file it
-opened (os.replace swaps the name; the old inode lives on until it is closed).
+SQLite holds every vector (float16, the source of truth); this module keeps a float32 copy laid out for search:
 
-Annoy finds candidates; they are re-scored with the model's own similarity (cosine, or order similarity
-for order-embedding models, which Annoy has no metric for: Euclidean neighbours are the candidates).
+  vectors-<model>-<gen>.vec   written by a full build: ids int64 (N) | vectors float32 (N, D) |
+                              centroids float32 (C, D) | cell starts int64 (C + 1); rows sorted by k-means cell
+  vectors-<model>-<gen>.add   rows embedded since that build, appended: (id int64, vector float32 (D)) each
+
+Which files are current and how big they are is recorded in SQLite's meta table (the `vec_*` keys). A search
+maps a file only when its size matches the record, and otherwise answers exactly from SQLite's own vectors
+(slow at a million photos, but right) until the next index run rebuilds. Every build has a new generation
+name, so a search that opened the old files keeps reading them and never sees half a file.
+
+Why float32 on disk: numpy converts float16 at ~2-5 ns an element, which alone would cost a 100k search 120 ms;
+a float32 mat-vec over 100k x 512 from the page cache takes ~6 ms.
+
+Search: up to EXACT_MAX vectors, every vector is scored. Above, rows are grouped in k-means cells of about
+CELL_SIZE and a query scores the rows of its best max(MIN_PROBE, PROBE_FRACTION of the) cells, chosen by
+recall@10 against exact on vectors fitted to the shipped model's (bench/vector_search.py). The .add rows are
+always scored exactly; when they pass REBUILD_FRACTION of the build, or removed photos do, the next run rebuilds.
+Removed photos stay in the files as dead ids: the caller maps ids to paths through SQLite, which drops them,
+and asks for `dead` more candidates. A photo re-embedded in place (same id) has a newer .add row that overrides
+its old one.
 """
 from __future__ import annotations
 
+import math
 import os
 import re
+import secrets
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-N_TREES = 10
-SEARCH_K = 50_000        # nodes inspected per query: near-exact up to ~100k photos, still a few ms
+from .store import now_precise, vector_chunks
+
+EXACT_MAX = 100_000      # exact search up to here: ~6 ms of mat-vec at 100k (bench/vector_search.py)
+CELL_SIZE = 1024         # photos per k-means cell above it
+MIN_PROBE = 16           # cells scored per query, at least ...
+PROBE_FRACTION = 0.04    # ... or this fraction of them: recall@10 >= 0.95 at 100k and 1M (README)
+REBUILD_FRACTION = 0.10  # appended or dead rows beyond this fraction of the build trigger a full rebuild
+KMEANS_SAMPLE = 64       # training vectors per cell for k-means (all rows are then assigned)
+KMEANS_ITERATIONS = 10
 
 
-def metric_for(similarity: str) -> str:
-    return "angular" if similarity == "cosine" else "euclidean"
+def file_stem(model_id: str, generation: str) -> str:
+    return f"vectors-{re.sub(r'[^A-Za-z0-9_.-]', '_', model_id)}-{generation}"
 
 
-def index_path(index_dir: Path, model_id: str) -> Path:
-    return Path(index_dir) / f"vectors-{re.sub(r'[^A-Za-z0-9_.-]', '_', model_id)}.ann"
+def main_bytes(count: int, cells: int, dim: int) -> int:
+    return count * 8 + count * dim * 4 + cells * dim * 4 + (cells + 1) * 8
 
 
-def build(index_dir: Path, model_id: str, dim: int, similarity: str, vectors, n_trees: int = N_TREES) -> int:
-    """Write the index of (id, float32 bytes) pairs to a temporary file, then rename it into place.
-
-    Returns the number of vectors. With none, the file is removed (a search then says the index is empty).
-    Files of other models are deleted: their vectors must not be searched with this model.
-    """
-    from annoy import AnnoyIndex
-
-    final = index_path(index_dir, model_id)
-    tmp = final.with_name(final.name + f".tmp{os.getpid()}")
-    ann = AnnoyIndex(dim, metric_for(similarity))
-    count = 0
-    for photo_id, blob in vectors:
-        ann.add_item(int(photo_id), np.frombuffer(blob, dtype=np.float32))
-        count += 1
-    if count:
-        ann.build(n_trees)
-        ann.save(str(tmp))
-        ann.unload()
-        os.replace(tmp, final)
-    else:
-        final.unlink(missing_ok=True)
-    for other in Path(index_dir).glob("vectors-*.ann*"):
-        if other != final:
-            other.unlink(missing_ok=True)
-    return count
+def add_row_dtype(dim: int) -> np.dtype:
+    return np.dtype([("id", "<i8"), ("vector", "<f4", (dim,))])
 
 
-def other_model_files(index_dir: Path, model_id: str) -> list[Path]:
-    mine = index_path(index_dir, model_id)
-    return [p for p in Path(index_dir).glob("vectors-*.ann") if p != mine]
+# ------------------------------------------------------------------------------------ the record in SQLite
+
+@dataclass
+class Record:
+    """What meta says the current files are; `valid_for` checks the files on disk against it."""
+    model: str = ""
+    file: str = ""
+    count: int = 0
+    cells: int = 0
+    dim: int = 0
+    bytes: int = 0
+    add: int = 0
+    live: int = 0
+    max_id: int = 0          # rows after it, or embedded at/after synced_at, are not in the files yet
+    synced_at: str = ""
+
+    @classmethod
+    def from_meta(cls, meta: dict) -> "Record":
+        try:
+            return cls(meta.get("vec_model", ""), meta.get("vec_file", ""), int(meta.get("vec_count", 0)),
+                       int(meta.get("vec_cells", 0)), int(meta.get("vec_dim", 0)), int(meta.get("vec_bytes", 0)),
+                       int(meta.get("vec_add", 0)), int(meta.get("vec_live", 0)), int(meta.get("vec_max_id", 0)),
+                       meta.get("vec_synced_at", ""))
+        except ValueError:
+            return cls()
+
+    def as_meta(self) -> dict:
+        return {f"vec_{k}": getattr(self, k) for k in
+                ("model", "file", "count", "cells", "dim", "bytes", "add", "live", "max_id", "synced_at")}
+
+    def main_path(self, index_dir: Path) -> Path:
+        return Path(index_dir) / f"{self.file}.vec"
+
+    def add_path(self, index_dir: Path) -> Path:
+        return Path(index_dir) / f"{self.file}.add"
+
+    def valid_for(self, index_dir: Path, model_id: str, dim: int) -> bool:
+        """The files exist with exactly the recorded sizes (the .add file may hold an unrecorded tail)."""
+        if not self.file or self.model != model_id or self.dim != dim or self.count <= 0:
+            return False
+        if self.bytes != main_bytes(self.count, self.cells, dim):
+            return False
+        try:
+            if os.path.getsize(self.main_path(index_dir)) != self.bytes:
+                return False
+            add_size = os.path.getsize(self.add_path(index_dir)) if self.add else 0
+        except OSError:
+            return False
+        return add_size >= self.add * add_row_dtype(dim).itemsize
+
+    @property
+    def dead(self) -> int:
+        """Entries in the files beyond the live photos: removed photos and superseded rows (an upper bound)."""
+        return max(0, self.count + self.add - self.live)
+
+
+# ------------------------------------------------------------------------------------ searching
+
+def _top(ids: np.ndarray, scores: np.ndarray, want: int) -> tuple[np.ndarray, np.ndarray]:
+    if len(scores) > want:
+        keep = np.argpartition(-scores, want - 1)[:want]
+        ids, scores = ids[keep], scores[keep]
+    order = np.argsort(-scores, kind="stable")
+    return ids[order], scores[order]
 
 
 class VectorIndex:
-    def __init__(self, path: Path, dim: int, similarity: str):
-        from annoy import AnnoyIndex
+    """The mapped files of one record. `search` returns (ids, scores) best first."""
 
-        self.similarity = similarity
-        self.ann = AnnoyIndex(dim, metric_for(similarity))
-        self.ann.load(str(path))  # mmap: opening is instant at any size
+    def __init__(self, index_dir: Path, record: Record):
+        self.record, dim, n, c = record, record.dim, record.count, record.cells
+        path = record.main_path(index_dir)
+        self.ids = np.memmap(path, "<i8", "r", 0, (n,))
+        self.vectors = np.memmap(path, "<f4", "r", n * 8, (n, dim))
+        self.centroids = np.memmap(path, "<f4", "r", n * 8 + n * dim * 4, (c, dim)) if c else None
+        self.starts = np.memmap(path, "<i8", "r", n * 8 + (n + c) * dim * 4, (c + 1,)) if c else None
+        if record.add:
+            rows = np.memmap(record.add_path(index_dir), add_row_dtype(dim), "r", 0, (record.add,))
+            # Latest row of each id only (an id appended twice was re-embedded twice).
+            last = len(rows) - 1 - np.unique(rows["id"][::-1], return_index=True)[1]
+            self.add_ids, self.add_vectors = rows["id"][last], rows["vector"][last]
+        else:
+            self.add_ids, self.add_vectors = np.zeros(0, np.int64), np.zeros((0, dim), np.float32)
 
     def __len__(self) -> int:
-        return self.ann.get_n_items()
+        return self.record.live
 
-    def candidates(self, query: np.ndarray, n: int) -> tuple[list[int], np.ndarray]:
-        """Ids of about n nearest items and their vectors (k, D)."""
-        want = n if self.similarity == "cosine" else max(10 * n, 100)
-        ids = self.ann.get_nns_by_vector(np.asarray(query, dtype=np.float32).tolist(), want, search_k=SEARCH_K)
-        vectors = np.array([self.ann.get_item_vector(i) for i in ids], dtype=np.float32).reshape(len(ids), -1)
-        return ids, vectors
+    @property
+    def dead(self) -> int:
+        return self.record.dead
+
+    def search(self, query: np.ndarray, want: int, score_fn) -> tuple[np.ndarray, np.ndarray]:
+        """The `want` best (id, score) by `score_fn` ((M, D) float32 -> (M,) scores, higher is better)."""
+        if self.centroids is None or want * 8 >= len(self.ids):
+            ids, scores = self.ids, score_fn(self.vectors)
+        else:
+            ids, scores = self._probe(want, score_fn)
+        if len(self.add_ids):
+            # Main rows re-embedded since the build are answered by their .add row (add_ids is sorted).
+            stale = np.isin(ids, self.add_ids, assume_unique=False)
+            ids = np.concatenate([np.asarray(ids)[~stale], self.add_ids])
+            scores = np.concatenate([np.asarray(scores)[~stale], score_fn(self.add_vectors)])
+        return _top(np.asarray(ids), np.asarray(scores, dtype=np.float32), max(1, want))
+
+    def _probe(self, want: int, score_fn) -> tuple[np.ndarray, np.ndarray]:
+        cells = len(self.centroids)
+        order = np.argsort(-score_fn(self.centroids), kind="stable")
+        probe = max(MIN_PROBE, math.ceil(PROBE_FRACTION * cells))
+        id_parts, score_parts, rows = [], [], 0
+        for k, cell in enumerate(order):
+            if k >= probe and rows >= 2 * want:
+                break
+            a, b = int(self.starts[cell]), int(self.starts[cell + 1])
+            if b > a:
+                id_parts.append(self.ids[a:b])
+                score_parts.append(score_fn(self.vectors[a:b]))
+                rows += b - a
+        return np.concatenate(id_parts), np.concatenate(score_parts)
+
+
+class ExactFromRows:
+    """Every vector scored straight from SQLite: the answer when the files are missing or do not match meta."""
+
+    def __init__(self, conn, model_id: str, dim: int):
+        self.conn, self.model_id, self.dim = conn, model_id, dim
+
+    def __len__(self) -> int:
+        return self.conn.execute("SELECT count(*) FROM photos WHERE model_id = ?", [self.model_id]).fetchone()[0]
+
+    dead = 0
+
+    def search(self, query: np.ndarray, want: int, score_fn) -> tuple[np.ndarray, np.ndarray]:
+        best_ids, best_scores = np.zeros(0, np.int64), np.zeros(0, np.float32)
+        for ids, vectors in vector_chunks(self.conn, self.model_id, self.dim):
+            best_ids, best_scores = _top(np.concatenate([best_ids, ids]),
+                                         np.concatenate([best_scores, score_fn(vectors)]), max(1, want))
+        return best_ids, best_scores
+
+
+def open_vectors(index_dir: Path, meta: dict, conn, model_id: str, dim: int):
+    """The mapped files when they match the record in meta, else exact search from SQLite."""
+    record = Record.from_meta(meta)
+    if record.valid_for(index_dir, model_id, dim):
+        try:
+            return VectorIndex(index_dir, record)
+        except (OSError, ValueError):
+            pass
+    return ExactFromRows(conn, model_id, dim)
+
+
+# ------------------------------------------------------------------------------------ building
+
+def kmeans(sample: np.ndarray, cells: int, spherical: bool, seed: int = 0) -> np.ndarray:
+    """Lloyd's k-means (spherical: unit centroids, for cosine) on a sample; empty cells are re-seeded."""
+    rng = np.random.default_rng(seed)
+    centroids = sample[rng.choice(len(sample), cells, replace=False)].copy()
+    for _ in range(KMEANS_ITERATIONS):
+        assign = nearest_cell(sample, centroids)
+        counts = np.bincount(assign, minlength=cells)
+        order = np.argsort(assign, kind="stable")
+        sums = np.add.reduceat(sample[order], np.searchsorted(assign[order], np.arange(cells)).clip(0, len(sample) - 1))
+        sums[counts == 0] = sample[rng.choice(len(sample), int((counts == 0).sum()), replace=False)]
+        centroids = np.where(counts[:, None] > 0, sums / np.maximum(counts, 1)[:, None], sums).astype(np.float32)
+        if spherical:
+            centroids /= np.maximum(np.linalg.norm(centroids, axis=1, keepdims=True), 1e-12)
+    return centroids
+
+
+def nearest_cell(x: np.ndarray, centroids: np.ndarray, chunk: int = 16384) -> np.ndarray:
+    """argmin of Euclidean distance (= argmax of cosine for unit centroids), in chunks to bound memory."""
+    half_norms = 0.5 * np.square(centroids).sum(axis=1)
+    return np.concatenate([np.argmax(np.asarray(x[s:s + chunk]) @ centroids.T - half_norms, axis=1)
+                           for s in range(0, len(x), chunk)]) if len(x) else np.zeros(0, np.int64)
+
+
+def cells_for(count: int) -> int:
+    return 0 if count <= EXACT_MAX else max(MIN_PROBE, round(count / CELL_SIZE))
+
+
+def _write_main(index_dir: Path, stem: str, store, model_id: str, dim: int, count: int, spherical: bool) -> Record:
+    cells = cells_for(count)
+    size = main_bytes(count, cells, dim)
+    final = Path(index_dir) / f"{stem}.vec"
+    tmp = Path(index_dir) / f"{stem}.vec.tmp"
+    with open(tmp, "wb") as f:
+        f.truncate(size)
+    ids = np.memmap(tmp, "<i8", "r+", 0, (count,))
+    vectors = np.memmap(tmp, "<f4", "r+", count * 8, (count, dim))
+    unsorted = vectors
+    if cells:  # stream into a scratch file first: rows are placed by cell once all are assigned
+        scratch = Path(index_dir) / f"{stem}.scratch"
+        with open(scratch, "wb") as f:
+            f.truncate(count * (8 + dim * 4))
+        unsorted_ids = np.memmap(scratch, "<i8", "r+", 0, (count,))
+        unsorted = np.memmap(scratch, "<f4", "r+", count * 8, (count, dim))
+    row = 0
+    for chunk_ids, chunk in vector_chunks(store.db.conn, model_id, dim):
+        if row + len(chunk_ids) > count:
+            raise RuntimeError("photos were added while the vector index was built")
+        (unsorted_ids if cells else ids)[row:row + len(chunk_ids)] = chunk_ids
+        unsorted[row:row + len(chunk_ids)] = chunk
+        row += len(chunk_ids)
+    if row != count:
+        raise RuntimeError("photos were removed while the vector index was built")
+    if cells:
+        rng = np.random.default_rng(count)
+        sample_rows = np.sort(rng.choice(count, min(count, KMEANS_SAMPLE * cells), replace=False))
+        centroids = kmeans(np.asarray(unsorted[sample_rows]), cells, spherical)
+        assign = nearest_cell(unsorted, centroids)
+        order = np.argsort(assign, kind="stable")
+        position = np.empty(count, np.int64)  # read the scratch file in order, write each row where its cell is
+        position[order] = np.arange(count)
+        for s in range(0, count, 65536):
+            vectors[position[s:s + 65536]] = unsorted[s:s + 65536]
+            ids[position[s:s + 65536]] = unsorted_ids[s:s + 65536]
+        np.memmap(tmp, "<f4", "r+", count * 8 + count * dim * 4, (cells, dim))[:] = centroids
+        np.memmap(tmp, "<i8", "r+", count * 8 + (count + cells) * dim * 4, (cells + 1,))[:] = \
+            np.concatenate([[0], np.cumsum(np.bincount(assign, minlength=cells))])
+        del unsorted, unsorted_ids
+        scratch.unlink()
+    vectors.flush()
+    ids.flush()
+    del ids, vectors
+    _fsync(tmp)
+    os.replace(tmp, final)
+    return Record(model_id, stem, count, cells, dim, size, 0, count)
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _append(index_dir: Path, record: Record, store, model_id: str) -> int:
+    """Append the rows written since the last pass to the .add file (cut back to its recorded length first)."""
+    dtype = add_row_dtype(record.dim)
+    appended = 0
+    with open(record.add_path(index_dir), "ab") as f:
+        f.truncate(record.add * dtype.itemsize)  # an earlier run may have died after appending
+        for ids, vectors in vector_chunks(store.db.conn, model_id, record.dim, (record.max_id, record.synced_at)):
+            rows = np.empty(len(ids), dtype)
+            rows["id"], rows["vector"] = ids, vectors
+            f.write(rows.tobytes())
+            appended += len(ids)
+        f.flush()
+        os.fsync(f.fileno())
+    return appended
+
+
+@dataclass
+class Synced:
+    action: str          # "unchanged", "appended", "rebuilt" or "empty"
+    live: int
+    rows: int = 0        # rows written
+    seconds: float = 0.0
+    reason: str = ""
+
+    def line(self) -> str:
+        if self.action == "appended":
+            return f"vector index: appended {self.rows} photos ({self.seconds:.1f} s)"
+        if self.action == "rebuilt":
+            return f"vector index: rebuilt from {self.rows} photos because {self.reason} ({self.seconds:.1f} s)"
+        return f"vector index: {self.action}"
+
+
+def sync(store, model_id: str, dim: int, similarity: str) -> Synced:
+    """Bring the files in step with SQLite after an index run, writing only what changed.
+
+    Nothing is written when no vector changed (SQLite's `vectors_dirty` flag, set with every vector written,
+    is clear and the files match their record); new and re-embedded rows are appended; a full rebuild happens
+    for a new model, missing or damaged files, a build crossing EXACT_MAX, or too many appended/dead rows.
+    """
+    start = time.perf_counter()
+    index_dir = store.index_dir
+    meta = store.meta()
+    record = Record.from_meta(meta)
+    live = store.count_photos(model_id)
+    dirty = meta.get("vectors_dirty", "1") != "0"
+    valid = record.valid_for(index_dir, model_id, dim)
+    synced_at = now_precise()
+    max_id = store.db.execute("SELECT max(id) FROM photos").fetchone()[0] or 0
+    if live == 0:
+        store.set_meta(**Record(model_id, "", dim=dim, max_id=max_id, synced_at=synced_at).as_meta(),
+                       vectors_dirty=0)
+        _remove_other_files(index_dir, keep="")
+        return Synced("empty", 0)
+    if valid and not dirty:
+        if record.live != live:  # photos were removed: only the count changes, the files do not
+            record.live = live
+            store.set_meta(vec_live=live)
+        return Synced("unchanged", live)
+    reason = ("the model changed" if record.model and record.model != model_id else
+              "there was none" if not record.file else "its files did not match the database" if not valid else "")
+    if not reason:
+        appended = _append(index_dir, record, store, model_id)
+        new = Record(**{**record.__dict__, "add": record.add + appended, "live": live, "max_id": max_id,
+                        "synced_at": synced_at})
+        if cells_for(new.count + new.add) > 0 and new.cells == 0:
+            reason = f"{new.count + new.add} photos are past exact search ({EXACT_MAX})"
+        elif new.add > REBUILD_FRACTION * new.count:
+            reason = f"{new.add} photos were added or changed since the last build of {new.count}"
+        elif new.dead - new.add > REBUILD_FRACTION * new.count:
+            reason = f"{new.dead - new.add} of its {new.count} photos were removed"
+        else:
+            store.set_meta(**new.as_meta(), vectors_dirty=0)
+            return Synced("appended", live, appended, time.perf_counter() - start)
+    stem = file_stem(model_id, secrets.token_hex(4))
+    try:
+        new = _write_main(index_dir, stem, store, model_id, dim, live, similarity == "cosine")
+    except BaseException:
+        for leftover in Path(index_dir).glob(f"{stem}.*"):
+            leftover.unlink(missing_ok=True)
+        raise
+    new.max_id, new.synced_at = max_id, synced_at
+    store.set_meta(**new.as_meta(), vectors_dirty=0)
+    _remove_other_files(index_dir, keep=stem)
+    return Synced("rebuilt", live, live, time.perf_counter() - start, reason)
+
+
+def _remove_other_files(index_dir: Path, keep: str) -> None:
+    """Older generations, other models' files and Annoy files of earlier imgtxt versions."""
+    for path in Path(index_dir).glob("vectors-*"):
+        if not keep or not path.name.startswith(keep + "."):
+            path.unlink(missing_ok=True)

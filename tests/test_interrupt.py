@@ -42,7 +42,7 @@ def test_search_during_a_run_then_kill_9_then_rerun(library, tmp_path):
             time.sleep(0.05)                                             # until the first batch is committed
         assert run.poll() is None, "the index run ended before it could be observed"
 
-        # Search while the run is in progress: answers from the last complete index (Annoy not yet rebuilt).
+        # Search while the run is in progress: answers from the last complete index (search files not yet updated).
         search = library.subprocess("search", "a dog on the beach", "-n", "50", "--json")
         assert search.returncode == 0, search.stderr
         assert {json.loads(line)["path"] for line in search.stdout.splitlines()} == examples
