@@ -213,8 +213,19 @@ class IndexRun:
         return found, problems
 
     # ------------------------------------------------------------------ 2. compare with the database, opening nothing
-    def compare(self, found: dict[str, Found]) -> tuple[list[Work], set[str]]:
-        rows, skipped = self.store.photo_rows(), self.store.skipped_rows()
+    def compare(self, found: dict[str, Found | None]) -> tuple[list[Work], set[str]]:
+        # Streamed: a row that matches the disk (nearly every row of a rerun) is counted and dropped, and its
+        # scan entry freed (set to None), so a million-photo rerun never holds both sides in memory.
+        rows: dict = {}
+        for row in self.store.iter_photo_rows():
+            entry = found.get(row.path)
+            if entry is not None and (entry.size, entry.mtime_ns, self.model_id) == \
+                    (row.size, row.mtime_ns, row.model_id):
+                self.summary.unchanged += 1
+                found[row.path] = None
+            else:
+                rows[row.path] = row
+        skipped = self.store.skipped_rows()
         self.rows, self.old_skips = rows, skipped
         if not found and not any(is_under(k, self.root_keys) for k in rows):
             from .scan import photo_suffixes
@@ -229,11 +240,9 @@ class IndexRun:
 
         work: list[Work] = []
         for key, entry in found.items():
+            if entry is None:
+                continue  # unchanged, counted above
             row = rows.get(key)
-            same = (entry.size, entry.mtime_ns, self.model_id)
-            if row is not None and (row["size"], row["mtime_ns"], row["model_id"]) == same:
-                self.summary.unchanged += 1
-                continue
             old_skip = skipped.get(key)
             if row is None and old_skip and (old_skip["size"], old_skip["mtime_ns"]) == (entry.size, entry.mtime_ns):
                 self.summary.skipped[key] = old_skip["reason"]  # known bad and unchanged: not retried

@@ -236,7 +236,8 @@ def cells_for(count: int) -> int:
     return 0 if count <= EXACT_MAX else max(MIN_PROBE, round(count / CELL_SIZE))
 
 
-def _write_main(index_dir: Path, stem: str, store, model_id: str, dim: int, count: int, spherical: bool) -> Record:
+def write_build(index_dir: Path, stem: str, chunks, model_id: str, dim: int, count: int, spherical: bool) -> Record:
+    """Write `<stem>.vec` from `chunks` ((ids, float32 vectors) pairs, `count` rows in all); returns its record."""
     cells = cells_for(count)
     size = main_bytes(count, cells, dim)
     final = Path(index_dir) / f"{stem}.vec"
@@ -253,7 +254,7 @@ def _write_main(index_dir: Path, stem: str, store, model_id: str, dim: int, coun
         unsorted_ids = np.memmap(scratch, "<i8", "r+", 0, (count,))
         unsorted = np.memmap(scratch, "<f4", "r+", count * 8, (count, dim))
     row = 0
-    for chunk_ids, chunk in vector_chunks(store.db.conn, model_id, dim):
+    for chunk_ids, chunk in chunks:
         if row + len(chunk_ids) > count:
             raise RuntimeError("photos were added while the vector index was built")
         (unsorted_ids if cells else ids)[row:row + len(chunk_ids)] = chunk_ids
@@ -368,7 +369,8 @@ def sync(store, model_id: str, dim: int, similarity: str) -> Synced:
             return Synced("appended", live, appended, time.perf_counter() - start)
     stem = file_stem(model_id, secrets.token_hex(4))
     try:
-        new = _write_main(index_dir, stem, store, model_id, dim, live, similarity == "cosine")
+        new = write_build(index_dir, stem, vector_chunks(store.db.conn, model_id, dim), model_id, dim, live,
+                          similarity == "cosine")
     except BaseException:
         for leftover in Path(index_dir).glob(f"{stem}.*"):
             leftover.unlink(missing_ok=True)
