@@ -130,7 +130,9 @@ def search(index: Index, model, text: str, n: int = 10, min_score: float | None 
     check_query(model, text)
     vectors = index.vectors(model)
     query = model.encode_text([text])
-    return rank(index, model, vectors, query[0], n, lambda images: model.scores(images, query)[:, 0], min_score)
+    score = (vector_index.dot_scorer(query[0]) if model.similarity_kind == "cosine"
+             else lambda images: model.scores(np.asarray(images), query)[:, 0])
+    return rank(index, model, vectors, query[0], n, score, min_score)
 
 
 # ------------------------------------------------------------------------------------- photo -> ...
@@ -156,7 +158,7 @@ def photo_vector(path: str, model, index: Index | None, embed_photo) -> np.ndarr
 def similar(index: Index, model, vector: np.ndarray, n: int = 10, exclude: str | None = None) -> list[Hit]:
     vectors = index.vectors(model)
     # Photo to photo: cosine between image vectors (an order score compares a caption to a photo).
-    return rank(index, model, vectors, vector, n, lambda images: images @ vector,
+    return rank(index, model, vectors, vector, n, vector_index.dot_scorer(vector),
                 exclude=path_key(exclude) if exclude else None)
 
 

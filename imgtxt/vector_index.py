@@ -115,6 +115,14 @@ class Record:
 
 # ------------------------------------------------------------------------------------ searching
 
+def dot_scorer(query: np.ndarray):
+    """Cosine scores of unit vectors against `query`, single-threaded: einsum instead of BLAS, whose threads spin
+    on a busy machine (a 1,000-row mat-vec took 200x the CPU with 2 OpenBLAS threads under load, bench notes)."""
+    q = np.asarray(query, dtype=np.float32).ravel()
+    return lambda images: np.einsum("ij,j->i", images, q)
+
+
+
 def _top(ids: np.ndarray, scores: np.ndarray, want: int) -> tuple[np.ndarray, np.ndarray]:
     if len(scores) > want:
         keep = np.argpartition(-scores, want - 1)[:want]
@@ -131,13 +139,18 @@ class VectorIndex:
         path = record.main_path(index_dir)
         self.ids = np.memmap(path, "<i8", "r", 0, (n,))
         self.vectors = np.memmap(path, "<f4", "r", n * 8, (n, dim))
-        self.centroids = np.memmap(path, "<f4", "r", n * 8 + n * dim * 4, (c, dim)) if c else None
-        self.starts = np.memmap(path, "<i8", "r", n * 8 + (n + c) * dim * 4, (c + 1,)) if c else None
+        self.centroids = np.array(np.memmap(path, "<f4", "r", n * 8 + n * dim * 4, (c, dim))) if c else None
+        self.starts = np.memmap(path, "<i8", "r", n * 8 + (n + c) * dim * 4, (c + 1,)).tolist() if c else None
+        self.overridden = np.zeros(0, np.int64)
         if record.add:
             rows = np.memmap(record.add_path(index_dir), add_row_dtype(dim), "r", 0, (record.add,))
-            # Latest row of each id only (an id appended twice was re-embedded twice).
-            last = len(rows) - 1 - np.unique(rows["id"][::-1], return_index=True)[1]
-            self.add_ids, self.add_vectors = rows["id"][last], rows["vector"][last]
+            self.add_ids, self.add_vectors = rows["id"], rows["vector"]
+            # The latest row of an id wins (a photo re-embedded twice); a copy only when there are repeats.
+            latest = len(rows) - 1 - np.unique(rows["id"][::-1], return_index=True)[1]
+            if len(latest) < len(rows):
+                self.add_ids, self.add_vectors = self.add_ids[latest], self.add_vectors[latest]
+            # Ids up to the build's largest were in the build: re-embedded since, their build rows are stale.
+            self.overridden = np.sort(self.add_ids[self.add_ids <= int(self.ids.max())])
         else:
             self.add_ids, self.add_vectors = np.zeros(0, np.int64), np.zeros((0, dim), np.float32)
 
@@ -150,26 +163,29 @@ class VectorIndex:
 
     def search(self, query: np.ndarray, want: int, score_fn) -> tuple[np.ndarray, np.ndarray]:
         """The `want` best (id, score) by `score_fn` ((M, D) float32 -> (M,) scores, higher is better)."""
+        want = max(1, want)
         if self.centroids is None or want * 8 >= len(self.ids):
             ids, scores = self.ids, score_fn(self.vectors)
         else:
             ids, scores = self._probe(want, score_fn)
+        ids, scores = _top(np.asarray(ids), np.asarray(scores, np.float32), want + len(self.overridden))
+        if len(self.overridden):
+            fresh = ~np.isin(ids, self.overridden)
+            ids, scores = ids[fresh], scores[fresh]
         if len(self.add_ids):
-            # Main rows re-embedded since the build are answered by their .add row (add_ids is sorted).
-            stale = np.isin(ids, self.add_ids, assume_unique=False)
-            ids = np.concatenate([np.asarray(ids)[~stale], self.add_ids])
-            scores = np.concatenate([np.asarray(scores)[~stale], score_fn(self.add_vectors)])
-        return _top(np.asarray(ids), np.asarray(scores, dtype=np.float32), max(1, want))
+            ids = np.concatenate([ids, self.add_ids])
+            scores = np.concatenate([scores, np.asarray(score_fn(self.add_vectors), np.float32)])
+        return _top(ids, scores, want)
 
     def _probe(self, want: int, score_fn) -> tuple[np.ndarray, np.ndarray]:
-        cells = len(self.centroids)
+        cells, starts = len(self.centroids), self.starts
         order = np.argsort(-score_fn(self.centroids), kind="stable")
         probe = max(MIN_PROBE, math.ceil(PROBE_FRACTION * cells))
         id_parts, score_parts, rows = [], [], 0
-        for k, cell in enumerate(order):
+        for k, cell in enumerate(order.tolist()):
             if k >= probe and rows >= 2 * want:
                 break
-            a, b = int(self.starts[cell]), int(self.starts[cell + 1])
+            a, b = starts[cell], starts[cell + 1]
             if b > a:
                 id_parts.append(self.ids[a:b])
                 score_parts.append(score_fn(self.vectors[a:b]))
@@ -217,9 +233,10 @@ def kmeans(sample: np.ndarray, cells: int, spherical: bool, seed: int = 0) -> np
         assign = nearest_cell(sample, centroids)
         counts = np.bincount(assign, minlength=cells)
         order = np.argsort(assign, kind="stable")
-        sums = np.add.reduceat(sample[order], np.searchsorted(assign[order], np.arange(cells)).clip(0, len(sample) - 1))
-        sums[counts == 0] = sample[rng.choice(len(sample), int((counts == 0).sum()), replace=False)]
-        centroids = np.where(counts[:, None] > 0, sums / np.maximum(counts, 1)[:, None], sums).astype(np.float32)
+        filled = np.flatnonzero(counts)
+        centroids = sample[rng.choice(len(sample), cells, replace=False)].copy()   # empty cells: re-seeded
+        centroids[filled] = (np.add.reduceat(sample[order], np.searchsorted(assign[order], filled))
+                             / counts[filled][:, None])
         if spherical:
             centroids /= np.maximum(np.linalg.norm(centroids, axis=1, keepdims=True), 1e-12)
     return centroids
