@@ -6,7 +6,7 @@ them once with `imgtxt features flickr8k`), turned into joint vectors by `Traine
 vectors (the queries of a text search) come from the model's numpy text encoder. Both are cached as .npy under
 --work (never in the repository).
 
-`synthetic_library(n)`: random unit vectors are Annoy's and IVF's worst case and nothing like a photo library, so
+`FittedMixture`: random unit vectors are Annoy's and IVF's worst case and nothing like a photo library, so
 the synthetic vectors are drawn from a Gaussian mixture fitted to the 7,000 real train+val photo vectors in their
 PCA basis (diagonal covariance per component), then L2-normalised like the model's outputs.
 """
@@ -69,8 +69,14 @@ class FittedMixture:
         self.gmm = GaussianMixture(components, covariance_type="diag", random_state=seed, max_iter=50)
         self.gmm.fit((real - self.mean) @ self.basis.T)
 
-    def sample(self, n: int, seed: int) -> np.ndarray:
-        rng = np.random.default_rng(seed)
+    def sample(self, n: int, seed: int, chunk: int = 50_000) -> np.ndarray:
+        """n unit vectors (float32), drawn in chunks so a million of them never need float64 temporaries."""
+        out = np.empty((n, self.basis.shape[1]), np.float32)
+        for k, s in enumerate(range(0, n, chunk)):
+            out[s:s + chunk] = self._sample(min(chunk, n - s), np.random.default_rng([seed, k]))
+        return out
+
+    def _sample(self, n: int, rng) -> np.ndarray:
         counts = rng.multinomial(n, self.gmm.weights_)
         parts = [rng.normal(self.gmm.means_[k], np.sqrt(self.gmm.covariances_[k]), size=(c, self.basis.shape[0]))
                  for k, c in enumerate(counts) if c]

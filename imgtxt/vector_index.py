@@ -12,11 +12,12 @@ maps a file only when its size matches the record, and otherwise answers exactly
 name, so a search that opened the old files keeps reading them and never sees half a file.
 
 Why float32 on disk: numpy converts float16 at ~2-5 ns an element, which alone would cost a 100k search 120 ms;
-a float32 mat-vec over 100k x 512 from the page cache takes ~6 ms.
+a float32 mat-vec over 100k x 512 from the page cache takes ~8 ms of CPU.
 
-Search: up to EXACT_MAX vectors, every vector is scored. Above, rows are grouped in k-means cells of about
-CELL_SIZE and a query scores the rows of its best max(MIN_PROBE, PROBE_FRACTION of the) cells, chosen by
-recall@10 against exact on vectors fitted to the shipped model's (bench/vector_search.py). The .add rows are
+Search: up to EXACT_MAX vectors, every vector is scored (single-threaded, ~4 ms of CPU at 50k). Above, rows
+are grouped in k-means cells of about CELL_SIZE and a query scores the rows of its best max(MIN_PROBE,
+PROBE_FRACTION of the) cells, chosen by recall@10 against exact on vectors fitted to the shipped model's
+(bench/vector_search.py). The .add rows are
 always scored exactly; when they pass REBUILD_FRACTION of the build, or removed photos do, the next run rebuilds.
 Removed photos stay in the files as dead ids: the caller maps ids to paths through SQLite, which drops them,
 and asks for `dead` more candidates. A photo re-embedded in place (same id) has a newer .add row that overrides
@@ -36,7 +37,7 @@ import numpy as np
 
 from .store import now_precise, vector_chunks
 
-EXACT_MAX = 100_000      # exact search up to here: ~6 ms of mat-vec at 100k (bench/vector_search.py)
+EXACT_MAX = 50_000       # exact search up to here (~4 ms CPU); cells are 4x cheaper at 100k (bench/vector_search.py)
 CELL_SIZE = 1024         # photos per k-means cell above it
 MIN_PROBE = 16           # cells scored per query, at least ...
 PROBE_FRACTION = 0.04    # ... or this fraction of them: recall@10 >= 0.95 at 100k and 1M (README)

@@ -167,6 +167,10 @@ def test_cells_above_exact_max_find_the_true_neighbours(tmp_path, monkeypatch):
     # Asking for many results scores everything: exactly the exact answer.
     query = clustered(1, 3)[0]
     assert same(search(tmp_path, query, 600)[1], exact(tmp_path, query, 600))
+    everything = search(tmp_path, query, 10**6)[1]                                  # -n beyond the library
+    expected = exact(tmp_path, query, 3000)
+    assert sorted(i for i, _ in everything) == sorted(i for i, _ in expected)       # (ties may swap places)
+    assert np.allclose([s for _, s in everything], [s for _, s in expected], atol=1e-5)
 
 
 def test_order_similarity_is_scored_by_the_models_own_function(tmp_path):
