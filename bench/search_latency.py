@@ -1,6 +1,13 @@
 """Cold-process `imgtxt search` latency at 1k and 100k indexed vectors, and the vector index build time.
 
-    .venv/bin/python bench/search_latency.py [--runs 20] [--sizes 1000,100000] [--model weights/default]
+    .venv/bin/python bench/search_latency.py [--runs 20] [--sizes 1000,100000] [--model imgtxt/weights/default]
+    .venv/bin/python bench/search_latency.py --sizes 1000 --before dae7875 --before-model OLD_MODEL_DIR
+
+With --before, the same searches also run with the code of git revision REV (extracted with `git archive`
+into a temporary folder and imported instead of this checkout) on its own model, interleaved run by run with this
+checkout's, and every median is printed as a ratio to a cold `python -c 'import numpy'` timed in the same loop.
+The index is written by this checkout (float16 vectors, .vec files): REV must read the same index format
+(revisions with Annoy files do not).
 
 The vectors are synthetic (random unit vectors in the model's joint space) written straight into an index
 with the library's own Store and vector index builder, so only the query path is measured: process start, imports,
@@ -48,34 +55,74 @@ def fake_index(index_dir: Path, model, n: int) -> float:
     return build
 
 
+# The editable install's import hook would win over PYTHONPATH: drop it when another checkout is to be run.
+RUN_CLI = ("import os, sys\n"
+           "if os.environ.get('IMGTXT_BENCH_CODE'):\n"
+           "    sys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in repr(f).lower()]\n"
+           "    sys.path.insert(0, os.environ['IMGTXT_BENCH_CODE'])\n"
+           "from imgtxt.cli import app; app()")
+
+
+def timed(cmd: list[str], env: dict | None = None) -> tuple[float, str]:
+    t = time.perf_counter()
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
+    return time.perf_counter() - t, out.stdout
+
+
+def checkout(rev: str, folder: Path) -> Path:
+    """The package of git revision `rev`, extracted (no worktree, the repository is left alone)."""
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", rev, "imgtxt"], check=True, capture_output=True)
+    folder.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["tar", "-x", "-C", str(folder)], input=archive.stdout, check=True)
+    return folder
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--sizes", default="1000,100000")
     parser.add_argument("--model", default=None)
+    parser.add_argument("--before", default=None, help="git revision to compare with (e.g. main)")
+    parser.add_argument("--before-model", default=None, help="model folder for the --before code")
     parser.add_argument("--query", default="a dog running on the beach")
     args = parser.parse_args()
 
     from imgtxt.modelfile import TrainedModel
 
+    python = str(REPO / ".venv" / "bin" / "python")
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        model = TrainedModel.load(pick_model(args.model, tmp))
-        print(f"model {model.model_id}: joint space {model.config['joint']['embed_dim']}-d, "
-              f"{model.similarity_kind} similarity")
+        variants = [("this checkout", TrainedModel.load(pick_model(args.model, tmp)), None)]
+        if args.before:
+            old_code = checkout(args.before, tmp / "before")
+            env = {**os.environ, "IMGTXT_BENCH_CODE": str(old_code)}
+            variants.append((f"{args.before}", TrainedModel.load(args.before_model or pick_model(None, tmp)), env))
+        for name, model, _ in variants:
+            print(f"{name}: model {model.model_id}: joint space {model.config['joint']['embed_dim']}-d, "
+                  f"{model.similarity_kind} similarity, text encoder "
+                  f"{model.config.get('text', {'kind': 'gru'})['kind']}")
         for n in (int(s) for s in args.sizes.split(",")):
-            index_dir = tmp / f"index-{n}"
-            build = fake_index(index_dir, model, n)
-            cmd = [str(REPO / ".venv" / "bin" / "imgtxt"), "search", args.query, "--index", str(index_dir)]
-            subprocess.run(cmd, check=True, capture_output=True)  # warm the OS file cache, as a second search would
-            times = []
-            for _ in range(args.runs):
-                t = time.perf_counter()
-                out = subprocess.run(cmd, check=True, capture_output=True, text=True)
-                times.append(time.perf_counter() - t)
-            assert len(out.stdout.splitlines()) == 10, out.stdout
-            print(f"{n:>7} vectors: cold `imgtxt search` median {statistics.median(times):.3f} s "
-                  f"(min {min(times):.3f}, max {max(times):.3f}, {args.runs} runs); vector index build {build:.2f} s")
+            cmds = []
+            for name, model, env in variants:
+                index_dir = tmp / f"index-{n}-{len(cmds)}"
+                build = fake_index(index_dir, model, n)
+                cmd = [python, "-c", RUN_CLI, "search", args.query, "--index", str(index_dir)]
+                cmds.append((name, cmd, env, build))
+                _, out = timed(cmd, env)  # warm the OS file cache, as a second search would
+                assert len(out.splitlines()) == 10, out
+            numpy_cmd = [python, "-c", "import numpy"]
+            times: dict[str, list[float]] = {"import numpy": []}
+            for _ in range(args.runs):  # interleaved: load changes hit every variant alike
+                times["import numpy"].append(timed(numpy_cmd)[0])
+                for name, cmd, env, _ in cmds:
+                    times.setdefault(name, []).append(timed(cmd, env)[0])
+            base = statistics.median(times["import numpy"])
+            print(f"{n:>7} vectors: cold `python -c 'import numpy'` median {base:.3f} s")
+            for name, cmd, env, build in cmds:
+                t = times[name]
+                print(f"{n:>7} vectors: cold `imgtxt search` ({name}) median {statistics.median(t):.3f} s = "
+                      f"{statistics.median(t) / base:.2f}x import numpy (min {min(t):.3f}, max {max(t):.3f}, "
+                      f"{args.runs} runs); vector index build {build:.2f} s")
         print("  command: imgtxt search", repr(args.query), "--index DIR")
         print(f"machine: {os.cpu_count()} CPU cores; load average {os.getloadavg()[0]:.1f}")
 

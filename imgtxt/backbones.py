@@ -25,6 +25,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from .errors import ImgtxtError
+
 BACKBONES = ("efficientnet_lite0", "efficientnet_lite1", "efficientnet_lite2", "vgg16", "resnet50", "resnet152")
 DEFAULT_BACKBONE = "efficientnet_lite0"
 
@@ -35,7 +37,7 @@ _IMAGENET_MEAN = (0.485 * 255, 0.456 * 255, 0.406 * 255)
 _IMAGENET_STD = (0.229 * 255, 0.224 * 255, 0.225 * 255)
 
 
-class BackboneError(Exception):
+class BackboneError(ImgtxtError):
     """A backbone that cannot be built: unknown name, missing or wrong weights."""
 
 

@@ -1,7 +1,7 @@
-"""The `imgtxt` command line.
+"""The `imgtxt` command line: a thin layer over `imgtxt.Library` (library.py).
 
-Imports are deferred into each command so that query commands (`search`, `status`) start without
-loading torch; only commands that run a CNN or train import it.
+Imports are deferred into each command so that query commands (`search`, `status`) start without loading
+torch. Every error is an ImgtxtError; `Commands.invoke` prints it as one line and exits non-zero.
 """
 from __future__ import annotations
 
@@ -11,250 +11,118 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from typer.core import TyperGroup, TyperOption
+
+from . import __version__
+from .errors import ImgtxtError
+
+
+class Commands(TyperGroup):
+    def list_commands(self, ctx):
+        return list(self.commands)  # as registered: the everyday commands first
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except ImgtxtError as e:
+            typer.echo(f"imgtxt: {e}", err=True)
+            raise typer.Exit(getattr(e, "exit_code", 1)) from None
+
+
+def _flags_without_a_type(option_class) -> None:
+    """Typer 0.2x prints `--json <bool>` in help, as if the flag took a value: show flags bare."""
+    shown = getattr(option_class, "display_type_rich", None)
+    if shown is not None and not getattr(shown, "_imgtxt", False):
+        def display_type_rich(self, ctx):
+            return None if getattr(self, "is_flag", False) else shown(self, ctx)
+
+        display_type_rich._imgtxt = True
+        option_class.display_type_rich = display_type_rich
+
+
+_flags_without_a_type(TyperOption)
 
 app = typer.Typer(
+    cls=Commands, no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
     help="Search a photo folder by sentence and caption photos, with a Full-Network-Embedding "
          "joint image-text model. Works offline.",
-    no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
 )
+PHOTOS = "Photos"
 
-DATA_DIR_HELP = "Dataset folder: dataset_<name>.json (Karpathy format) and the images. Env: IMGTXT_DATA_DIR."
-DataDir = typer.Option(None, "--data-dir", envvar="IMGTXT_DATA_DIR", help=DATA_DIR_HELP)
-ModelOpt = typer.Option(None, "--model", help="Model folder (default: the shipped model in weights/default).")
-
-
-def fail(message: str, code: int = 1) -> None:
-    """One-line reason on stderr, non-zero exit."""
-    typer.echo(f"imgtxt: {message}", err=True)
-    raise typer.Exit(code)
-
-
-def _need_data_dir(data_dir: Optional[Path], dataset: str) -> Path:
-    if data_dir is None:
-        fail(f"where is {dataset}? pass --data-dir DIR or set IMGTXT_DATA_DIR", 2)
-    if not data_dir.is_dir():
-        fail(f"{data_dir}: no such folder (pass --data-dir or set IMGTXT_DATA_DIR)", 2)
-    return data_dir
-
-
-def _check_dataset(dataset: str) -> str:
-    from .datasets import DATASETS
-
-    if dataset not in DATASETS:
-        fail(f"unknown dataset {dataset!r}; known: {', '.join(DATASETS)}", 2)
-    return dataset
-
-
-def load_model(path: Optional[Path]):
-    from .modelfile import ModelError, TrainedModel
-
-    try:
-        return TrainedModel.load(path)
-    except ModelError as e:
-        fail(f"unusable model: {e}")
-
-
-# ------------------------------------------------------------------------------------- datasets
-
-@app.command()
-def features(
-    dataset: str = typer.Argument(..., help="flickr8k, flickr30k or coco"),
-    data_dir: Optional[Path] = DataDir,
-    splits: str = typer.Option("train,val", "--splits", help="Comma-separated splits to compute."),
-    backbone: str = typer.Option("efficientnet_lite0", help="efficientnet_lite0/1/2, vgg16, resnet50, resnet152"),
-    layer_set: str = typer.Option("all", help="'all' = every conv layer; 'blocks' = block outputs (EfficientNet)"),
-    crops: int = typer.Option(1, help="1 (centre crop) or 10 (corners + centre, mirrored)"),
-    precision: str = typer.Option("auto", help="auto (bf16 on CPU / fp16 on CUDA) or fp32"),
-    backbone_weights: Optional[str] = typer.Option(None, help="Local weights file for the backbone, or 'random'."),
-    quiet: bool = typer.Option(False, "--quiet", "-q"),
-):
-    """Compute raw CNN features of a dataset once, into the cache (resumes after an interruption)."""
-    from .backbones import BackboneError
-    from .datasets import DatasetError, load_split
-    from .feature_cache import FeatureSpec, cache_root
-    from .pipeline import FeatureSettings, open_extractor, raw_split_features
-
-    data_dir = _need_data_dir(data_dir, _check_dataset(dataset))
-    settings = FeatureSettings(backbone, layer_set, crops, precision, backbone_weights)
-    try:
-        loaded = [load_split(dataset, data_dir, s.strip()) for s in splits.split(",") if s.strip()]
-        extractor = open_extractor(settings)
-        for split in loaded:
-            raw, _ = raw_split_features(split, settings, extractor=extractor, quiet=quiet)
-            typer.echo(f"{dataset} {split.name}: {raw.shape[0]} images x {raw.shape[1]} features", err=True)
-    except (DatasetError, BackboneError, ValueError) as e:
-        fail(str(e))
-    spec = FeatureSpec(extractor.backbone.id, layer_set, crops, precision)
-    typer.echo(str(cache_root() / dataset / spec.key))
-
-
-@app.command()
-def train(
-    dataset: str = typer.Argument(..., help="flickr8k, flickr30k or coco"),
-    data_dir: Optional[Path] = DataDir,
-    preset: str = typer.Option("PH", help="FNE paper Table 1: SH, MH, SOE, MOE, PH (sum->max), POE"),
-    feature_kind: str = typer.Option("fne", "--features", help="fne (full network) or baseline (one layer)"),
-    backbone: str = typer.Option("efficientnet_lite0"),
-    layer_set: str = typer.Option("all"),
-    crops: int = typer.Option(1),
-    precision: str = typer.Option("auto"),
-    backbone_weights: Optional[str] = typer.Option(None),
-    embed_dim: Optional[int] = typer.Option(None, help="Joint space size (preset: paper's)"),
-    word_dim: Optional[int] = typer.Option(None, help="Word embedding size (preset: paper's)"),
-    image_dropout: float = typer.Option(0.0, help="Dropout on the image features"),
-    weight_decay: float = typer.Option(0.0, help="L2 penalty on the image projection"),
-    epochs: int = typer.Option(200, help="Maximum epochs per phase"),
-    patience: int = typer.Option(10, help="End a phase after this many epochs without a better val rsum"),
-    captions: str = typer.Option("one", help="'one' random caption per image per epoch (paper) or 'all' five"),
-    lr: Optional[float] = typer.Option(None, help="Learning rate for every phase (preset: paper's)"),
-    phase2_lr: Optional[float] = typer.Option(None, help="Learning rate of the curriculum's max-loss phase (PH/POE)"),
-    init_from: Optional[Path] = typer.Option(None, help="Start from this model folder (e.g. a finished run's best)"),
-    min_count: int = typer.Option(2, help="Words rarer than this in training captions become <unk>"),
-    seed: int = typer.Option(0),
-    threads: Optional[int] = typer.Option(None, help="torch CPU threads"),
-    run_dir: Path = typer.Option(Path("runs/latest"), help="Checkpoints and log; rerun to resume"),
-    output: Optional[Path] = typer.Option(None, help="Copy the best model here when done"),
-):
-    """Train the joint text-image space on a dataset's train split, selecting by val rsum."""
-    import shutil
-
-    import torch
-
-    from .backbones import BackboneError
-    from .datasets import DatasetError
-    from .pipeline import FeatureSettings, build_training_data
-    from .train import preset as make_preset
-    from .train import train as run_training
-
-    data_dir = _need_data_dir(data_dir, _check_dataset(dataset))
-    if threads:
-        torch.set_num_threads(threads)
-    if captions not in ("one", "all"):
-        fail("--captions must be 'one' or 'all'", 2)
-    try:
-        cfg = make_preset(preset, embed_dim=embed_dim, word_dim=word_dim, image_dropout=image_dropout,
-                          weight_decay=weight_decay, max_epochs=epochs, patience=patience,
-                          captions_per_image=captions, seed=seed)
-        if lr is not None:
-            for phase in cfg.phases:
-                phase.lr = lr
-        if phase2_lr is not None:
-            if len(cfg.phases) < 2:
-                fail(f"--phase2-lr needs a curriculum preset (PH, POE), not {preset}", 2)
-            cfg.phases[1].lr = phase2_lr
-        data = build_training_data(dataset, data_dir, feature_kind,
-                                   FeatureSettings(backbone, layer_set, crops, precision, backbone_weights),
-                                   min_count=min_count)
-    except (DatasetError, BackboneError, ValueError) as e:
-        fail(str(e))
-    typer.echo(f"training {preset.upper()} on {feature_kind} features {data.train_features.shape}, "
-               f"vocabulary {len(data.vocab)} words -> {run_dir}", err=True)
-    if init_from:
-        data.extra["init_from"] = str(init_from)
-    best = run_training(run_dir, data, cfg, init_from=init_from)
-    if output:
-        shutil.rmtree(output, ignore_errors=True)
-        shutil.copytree(run_dir / "best", output)
-        typer.echo(f"best model (val rsum {best['rsum']:.1f}) copied to {output}", err=True)
-    typer.echo(str(run_dir / "best"))
-
-
-@app.command("eval")
-def evaluate(
-    dataset: str = typer.Argument(..., help="flickr8k, flickr30k or coco"),
-    data_dir: Optional[Path] = DataDir,
-    split: str = typer.Option("val", help="val or test"),
-    model: Optional[Path] = ModelOpt,
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object and nothing else on stdout"),
-    save_embeddings: Optional[Path] = typer.Option(None, help="Write images.npy and captions.npy here"),
-    backbone_weights: Optional[str] = typer.Option(None),
-    quiet: bool = typer.Option(False, "--quiet", "-q"),
-):
-    """Image annotation (i2t) and retrieval (t2i) recall of a model on a dataset split."""
-    from .backbones import BackboneError
-    from .datasets import DatasetError
-    from .evaluate import evaluate_model, format_result
-    from .images import ImageError
-
-    data_dir = _need_data_dir(data_dir, _check_dataset(dataset))
-    if split not in ("val", "test", "train"):
-        fail("--split must be val or test", 2)
-    trained = load_model(model)
-    try:
-        result = evaluate_model(trained, dataset, data_dir, split, save_embeddings, quiet=quiet or as_json,
-                                backbone_weights=backbone_weights)
-    except (DatasetError, BackboneError, ImageError) as e:
-        fail(str(e))
-    if as_json:
-        keys = ("dataset", "split", "images", "captions", "i2t", "t2i", "rsum")
-        out = {k: result[k] for k in keys}
-        if "coco_1k" in result:
-            out["coco_1k"] = result["coco_1k"]
-        sys.stdout.write(json.dumps(out) + "\n")
-    else:
-        typer.echo(format_result(result))
-
-
-@app.command("backbone-download")
-def backbone_download(name: str = typer.Argument(..., help="vgg16, resnet50 or resnet152")):
-    """Download torchvision ImageNet weights into torch's cache (the only command that uses the network)."""
-    from .backbones import BackboneError, download_weights
-
-    try:
-        path = download_weights(name)
-    except BackboneError as e:
-        fail(str(e))
-    typer.echo(str(path))
-
-
-# ============================================================================ photo library (issue 3)
-# index / search / caption / similar / status. Imports stay inside the commands: search, status and
-# similar/caption of an indexed photo never import torch (tests/test_index_cli.py checks it).
-
-IndexOpt = typer.Option(None, "--index", envvar="IMGTXT_INDEX_DIR",
-                        help="Index folder (default: $XDG_DATA_HOME/imgtxt). Env: IMGTXT_INDEX_DIR.")
-QueryModelOpt = typer.Option(None, "--model", help="Model folder (default: the one the index was built with).")
+IndexOpt = typer.Option(None, "--index", help="Index folder (default: $IMGTXT_INDEX_DIR, else "
+                                               "$XDG_DATA_HOME/imgtxt).")
+ModelOpt = typer.Option(None, "--model", help="Model folder (default: $IMGTXT_MODEL, else the model "
+                                               "shipped with imgtxt).")
+QueryModelOpt = typer.Option(None, "--model", help="Model folder (default: $IMGTXT_MODEL, else the one the "
+                                                    "index was built with).")
 JsonOpt = typer.Option(False, "--json", help="One JSON object per line on stdout.")
+AllCopies = typer.Option(False, "--all-copies", help="List identical files (same bytes) separately.")
+NullOpt = typer.Option(False, "-0", "--null", help="Paths only, each ended by a NUL byte (for xargs -0).")
 
 
-def _library_errors():
-    from .images import ImageError
-    from .modelfile import ModelError
-    from .query import QueryError
-    from .store import StoreError
-
-    return (StoreError, QueryError, ImageError, ModelError)
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"imgtxt {__version__}")
+        raise typer.Exit()
 
 
-def _open_index(index_dir: Optional[Path], required: bool = True):
-    from .query import Index
-    from .store import StoreError, resolve_index_dir
-
-    try:
-        return Index(resolve_index_dir(index_dir))
-    except StoreError as e:
-        if required:
-            fail(str(e))
-        return None
+@app.callback()
+def main(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                      help="Print the version and exit.")):
+    """Search a photo folder by sentence and caption photos. Works offline."""
 
 
-def _query_model(model: Optional[Path], index):
-    """--model, else the model the index was built with, else the shipped default."""
-    return load_model(model or (index.model_folder() if index is not None else None))
+def _library(index_dir, model):
+    from .library import Library
+
+    return Library(index_dir, model)
 
 
-def _embed_photo(model):
-    def embed(path: str):
-        from .images import load_square, register_heif
-        from .indexer import embedder_for
+def _say(message: str) -> None:
+    """stderr, above a progress bar if one is showing."""
+    from tqdm import tqdm
 
-        register_heif()
-        embedder = embedder_for(model)
-        return embedder.embed(load_square(path, embedder.resize_size)[None].copy())[0]  # writable for torch
-    return embed
+    tqdm.write(message, file=sys.stderr)
 
 
-@app.command("index")
+def _print_photos(matches, as_json: bool, preview: bool = False, library=None, null: bool = False) -> None:
+    from .output import print_hits
+
+    for line in library.notices if library is not None else []:
+        _say(f"imgtxt: {line}")
+    if not matches:
+        typer.echo("imgtxt: no photos match", err=True)
+    elif preview and not as_json:
+        from .preview import print_with_thumbnails
+
+        print_with_thumbnails(matches, library)
+    else:
+        print_hits(matches, "path", as_json, null=null)
+
+
+class CaptionProgress:
+    """The one-time embedding of a caption bank (minutes for 30,000 captions): a message, then a bar with ETA."""
+
+    def __enter__(self):
+        self.bar = None
+        return self
+
+    def announce(self, count: int) -> None:
+        _say(f"imgtxt: embedding {count} captions once (cached for next time)...")
+
+    def progress(self, done: int, total: int) -> None:
+        from tqdm import tqdm
+
+        if self.bar is None:
+            self.bar = tqdm(total=total, unit="caption", file=sys.stderr, disable=not sys.stderr.isatty())
+        self.bar.update(done - self.bar.n)
+
+    def __exit__(self, *exc):
+        if self.bar is not None:
+            self.bar.close()
+
+
+@app.command("index", rich_help_panel=PHOTOS)
 def index_photos(
     paths: list[Path] = typer.Argument(..., help="Folders (or single photos) to index, recursively."),
     exclude: list[str] = typer.Option([], "--exclude", help="Skip files or folders matching this glob (repeatable)."),
@@ -264,19 +132,20 @@ def index_photos(
     workers: int = typer.Option(2, min=1, help="Decoding threads."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as one JSON object on stdout."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar and no per-file messages."),
+    prune: bool = typer.Option(False, "--prune", help="Remove the photos of a folder that is missing or empty now "
+                               "(by default they are kept: an unplugged drive looks the same)."),
+    rebuild: bool = typer.Option(False, "--rebuild", help="Build a new database from the photos and swap it in when "
+                                 "complete (for a damaged index; the old file is kept as index.db.damaged)."),
+    ray: Optional[str] = typer.Option(None, "--ray", metavar="ADDRESS",
+                                      help="Embed on a Ray cluster: its address (ray://host:10001, auto), "
+                                           "or 'local' for a Ray instance on this machine. Needs the ray extra."),
 ):
     """Index photo folders incrementally: new and changed photos are embedded, moved ones recognised."""
-    from .indexer import run_index
-    from .store import resolve_index_dir
-
-    trained = load_model(model)
-    log = (lambda message: None) if quiet else (lambda message: typer.echo(message, err=True))
-    try:
-        summary = run_index(resolve_index_dir(index_dir), [str(p) for p in paths], trained, exclude,
-                            batch_size=batch_size, workers=workers, progress=not quiet and sys.stderr.isatty(),
-                            log=log, notice=lambda message: typer.echo(message, err=True))
-    except _library_errors() as e:
-        fail(str(e))
+    progress = not quiet and sys.stderr.isatty()
+    summary = _library(index_dir, model).index(
+        paths, exclude, batch_size=batch_size, workers=workers, progress=progress, log=None if quiet else _say,
+        notice=_say, on_model_load=(lambda: _say("imgtxt: loading model…")) if progress else None,
+        prune=prune, rebuild=rebuild, ray_address=ray)
     if as_json:
         out = summary.as_dict()
         out["skipped_files"] = [{"path": p, "reason": r} for p, r in sorted(summary.skipped.items())]
@@ -285,29 +154,32 @@ def index_photos(
         typer.echo(summary.line())
 
 
-@app.command()
+@app.command(rich_help_panel=PHOTOS)
 def search(
-    text: str = typer.Argument(..., help='What the photo shows, e.g. "a dog running on the beach".'),
+    text: list[str] = typer.Argument(..., help='What the photo shows, e.g. a dog running on the beach '
+                                               '(quotes optional).'),
     n: int = typer.Option(10, "-n", min=1, help="Number of photos."),
     min_score: Optional[float] = typer.Option(None, "--min-score", help="Leave out photos scoring below this."),
+    preview: bool = typer.Option(False, "--preview", help="Show thumbnails in terminals that can draw "
+                                                          "images (kitty, iTerm2, sixel)."),
+    all_copies: bool = AllCopies,
     index_dir: Optional[Path] = IndexOpt,
     model: Optional[Path] = QueryModelOpt,
     as_json: bool = JsonOpt,
+    null: bool = NullOpt,
 ):
     """Find photos by sentence."""
-    from .output import print_hits
-    from .query import search as run_search
+    import os
 
-    index = _open_index(index_dir)
-    trained = _query_model(model, index)
-    try:
-        hits = run_search(index, trained, text, n, min_score)
-    except _library_errors() as e:
-        fail(str(e))
-    print_hits(hits, "path", as_json)
+    # One query is a few dozen small matmuls: a BLAS thread pool only adds wake-ups, which cost most on a busy
+    # machine. Set before numpy loads (search never imports it earlier); a user's own setting wins.
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, "1")
+    library = _library(index_dir, model)
+    _print_photos(library.search(" ".join(text), n, min_score, all_copies), as_json, preview, library, null)
 
 
-@app.command()
+@app.command(rich_help_panel=PHOTOS)
 def caption(
     photo: Path = typer.Argument(..., help="A photo (need not be indexed)."),
     n: int = typer.Option(5, "-n", min=1, help="Number of captions."),
@@ -319,67 +191,83 @@ def caption(
 ):
     """The captions that best describe a photo."""
     from .output import print_hits
-    from .query import caption as run_caption
-    from .query import check_photo, photo_vector, read_captions
+    from .query import read_captions
 
-    index = _open_index(index_dir, required=False)
-    trained = _query_model(model, index)
-    try:
-        path = check_photo(str(photo))
-        bank = read_captions(captions) if captions else None
-        vector = photo_vector(path, trained, index, _embed_photo(trained))
-        hits = run_caption(trained, vector, n, bank, on_compute=lambda count: typer.echo(
-            f"imgtxt: embedding {count} captions for model {trained.model_id}, once (cached for next time)...",
-            err=True))
-    except _library_errors() as e:
-        fail(str(e))
+    with CaptionProgress() as report:
+        hits = _library(index_dir, model).caption(photo, n, read_captions(captions) if captions else None,
+                                                  on_compute=report.announce, progress=report.progress)
     print_hits(hits, "caption", as_json)
 
 
-@app.command()
+@app.command(rich_help_panel=PHOTOS)
 def similar(
     photo: Path = typer.Argument(..., help="A photo (indexed or not)."),
     n: int = typer.Option(10, "-n", min=1, help="Number of photos."),
+    all_copies: bool = AllCopies,
     index_dir: Optional[Path] = IndexOpt,
     model: Optional[Path] = QueryModelOpt,
     as_json: bool = JsonOpt,
+    null: bool = NullOpt,
 ):
     """Indexed photos that look most like a photo."""
-    from .output import print_hits
-    from .query import check_photo, photo_vector
-    from .query import similar as run_similar
-
-    index = _open_index(index_dir)
-    trained = _query_model(model, index)
-    try:
-        path = check_photo(str(photo))
-        vector = photo_vector(path, trained, index, _embed_photo(trained))
-        hits = run_similar(index, trained, vector, n, exclude=path)
-    except _library_errors() as e:
-        fail(str(e))
-    print_hits(hits, "path", as_json)
+    library = _library(index_dir, model)
+    _print_photos(library.similar(photo, n, all_copies), as_json, library=library, null=null)
 
 
-@app.command()
+@app.command(rich_help_panel=PHOTOS)
 def status(
     index_dir: Optional[Path] = IndexOpt,
     as_json: bool = JsonOpt,
     skipped: bool = typer.Option(False, "--skipped", help="Also list the skipped files and why."),
 ):
-    """What is indexed: photos, skipped files, model, where the index lives, last run."""
-    from .output import print_status
+    """What is indexed: folders, photos, skipped files, model, where the index lives, last run."""
+    from .output import print_status, printable
 
-    index = _open_index(index_dir)
-    print_status(index.status(), as_json)
+    library = _library(index_dir, None)
+    report = library.status()
+    print_status(report.as_dict(), as_json)
+    if not as_json and report.folders:
+        sys.stdout.write("folders:\n")
+        for folder in report.folders:
+            sys.stdout.write(f"  {folder.photos:>7}  {printable(folder.path)}\n")
     if skipped:
-        for path, reason in index.skipped():
+        for path, reason in library.skipped():
             sys.stdout.write(json.dumps({"path": path, "reason": reason}, ensure_ascii=False) + "\n" if as_json
-                             else f"{path}\t{reason}\n")
+                             else f"{printable(path)}\t{printable(reason)}\n")
 
 
-def main() -> None:  # pragma: no cover - console entry point
-    app()
+@app.command(rich_help_panel=PHOTOS)
+def serve(
+    index_dir: Optional[Path] = IndexOpt,
+    model: Optional[Path] = QueryModelOpt,
+    port: int = typer.Option(8000, "--port", min=1, max=65535, help="Port to listen on."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to bind (default: this machine only)."),
+):
+    """Browse and search the index in a web browser: thumbnails, captions, similar photos."""
+    from .web import run
+
+    library = _library(index_dir, model)
+    library.status()  # no index: say so before anything slow
+    with CaptionProgress() as report:  # photo pages show captions: embed the bank before the first click
+        library.prepare_captions(report.announce, report.progress)
+    run(library, host, port)
 
 
-if __name__ == "__main__":  # pragma: no cover
-    app()
+@app.command(rich_help_panel=PHOTOS)
+def forget(
+    path: Path = typer.Argument(..., help="A folder or photo to remove from the index (files are not touched)."),
+    index_dir: Optional[Path] = IndexOpt,
+):
+    """Remove a folder or photo from the index; the files stay where they are."""
+    library = _library(index_dir, None)
+    removed = library.forget(path)
+    typer.echo(f"forgot {removed} photos under {path.absolute()}; {library.status().photos} photos indexed")
+
+
+def _register_research() -> None:
+    from .cli_research import register
+
+    register(app)
+
+
+_register_research()

@@ -12,6 +12,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from .errors import ImgtxtError
+
 DATASETS = ("flickr8k", "flickr30k", "coco")
 DATA_DIR_ENV = "IMGTXT_DATA_DIR"
 CAPTIONS_PER_IMAGE = 5
@@ -24,7 +26,7 @@ _IMAGE_FOLDERS = {
 }
 
 
-class DatasetError(Exception):
+class DatasetError(ImgtxtError):
     """The dataset is missing or malformed; the message says what to fix."""
 
 

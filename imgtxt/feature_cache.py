@@ -20,10 +20,9 @@ CACHE_ENV = "IMGTXT_CACHE_DIR"
 
 
 def cache_root() -> Path:
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV])
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "imgtxt"
+    from .paths import cache_dir
+
+    return cache_dir()
 
 
 @dataclass(frozen=True)

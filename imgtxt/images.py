@@ -6,11 +6,15 @@ EXIF orientation is applied so a rotated phone photo is seen upright.
 """
 from __future__ import annotations
 
+import os
+import stat
 import warnings
 from pathlib import Path
 
 import numpy as np
 from PIL import Image, ImageFile, ImageOps
+
+from .errors import ImgtxtError
 
 # Refuse images whose pixel count could exhaust memory (Pillow's own bomb check raises on > 2x this).
 MAX_PIXELS = 180_000_000
@@ -39,8 +43,33 @@ def register_heif() -> bool:
     return True
 
 
-class ImageError(Exception):
+class ImageError(ImgtxtError):
     """A file that cannot be used as a photo; str(e) is a short reason for the user."""
+
+
+class NotRegularFile(OSError):
+    pass
+
+
+def regular_opener(path, flags: int = os.O_RDONLY) -> int:
+    """An `opener` for open() that accepts regular files only.
+
+    O_NONBLOCK makes opening a FIFO (or a device) return at once instead of waiting for a writer, and the type
+    is checked on the open descriptor (fstat), so a file swapped for a FIFO after it was scanned cannot hang
+    a run. For regular files O_NONBLOCK changes nothing."""
+    fd = os.open(path, flags | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NotRegularFile(f"{os.fsdecode(path)}: not a regular file")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def open_regular(path: Path | str):
+    """A binary file object for a regular file, never anything else (see regular_opener)."""
+    return open(path, "rb", opener=regular_opener)
 
 
 def load_rgb(path: Path | str, min_side: int = 256) -> Image.Image:
@@ -53,9 +82,10 @@ def load_rgb(path: Path | str, min_side: int = 256) -> Image.Image:
         with warnings.catch_warnings():
             # Pillow warns (instead of raising) for images just over MAX_IMAGE_PIXELS: make it an error.
             warnings.simplefilter("error", Image.DecompressionBombWarning)
-            with Image.open(path) as im:
+            with open_regular(path) as file, Image.open(file) as im:
                 if im.width * im.height > MAX_PIXELS:
                     raise ImageError(f"too many pixels ({im.width}x{im.height}), refusing as a decompression bomb")
+                original_size = im.size  # before draft() shrinks it: callers need the photo's true size
                 if im.format == "JPEG":
                     # draft() picks the largest 1/2^k scale that keeps both sides >= the request.
                     w, h = im.size
@@ -77,9 +107,12 @@ def load_rgb(path: Path | str, min_side: int = 256) -> Image.Image:
                     im = Image.fromarray(np.clip(arr * (255.0 / top), 0, 255).astype(np.uint8)).convert("RGB")
                 else:
                     im = im.convert("RGB")  # CMYK, L, YCbCr, ...
+                im.info["original_size"] = original_size
                 return im
     except ImageError:
         raise
+    except NotRegularFile:
+        raise ImageError("not a regular file") from None
     except FileNotFoundError:
         raise ImageError("file not found") from None
     except PermissionError:

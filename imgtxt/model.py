@@ -1,6 +1,7 @@
 """The joint image-text space (Kiros et al. as modified in the FNE paper, section 3.2), in torch.
 
-caption -> word embedding -> GRU -> final hidden state -> L2 norm   (-> abs for order embeddings)
+caption -> a text encoder (imgtxt/text_encoders: the paper's GRU, or a pretrained MiniLM + head) -> L2 norm
+                                                                                   (-> abs for order embeddings)
 image features (FNE int8 or baseline) -> dropout -> linear map, no bias -> L2 norm  (-> abs)
 """
 from __future__ import annotations
@@ -9,9 +10,10 @@ from dataclasses import asdict, dataclass
 
 import torch
 from torch import nn
-from torch.nn.utils.rnn import pack_padded_sequence
 
+from . import text_encoders
 from .losses import SIMILARITIES
+from .text_encoders.torch_parts import check_and_copy, l2norm
 
 
 @dataclass
@@ -23,29 +25,38 @@ class JointConfig:
     similarity: str = "cosine"      # "cosine" or "order"
     use_abs: bool = False           # order embeddings live in the positive orthant
     image_dropout: float = 0.0      # dropout on the image features (regularises the wide FNE input)
+    text: dict | None = None        # model.json "text" section (kind + its settings); None = the GRU above
 
     def to_dict(self) -> dict:
         return asdict(self)
 
-
-def l2norm(x: torch.Tensor) -> torch.Tensor:
-    return x / x.norm(dim=1, keepdim=True).clamp(min=1e-12)
+    def text_config(self) -> dict:
+        return self.text or {"kind": "gru", "vocab_size": self.vocab_size, "word_dim": self.word_dim}
 
 
 class TextEncoder(nn.Module):
-    def __init__(self, vocab_size: int, word_dim: int, embed_dim: int, use_abs: bool):
+    """A text-encoder kind's module, with abs() for order embeddings."""
+
+    def __init__(self, text_config: dict, embed_dim: int, use_abs: bool):
         super().__init__()
-        self.embed = nn.Embedding(vocab_size, word_dim, padding_idx=0)
-        self.gru = nn.GRU(word_dim, embed_dim, batch_first=True)
+        self.encoder = text_encoders.torch_encoder(text_config, embed_dim)
         self.use_abs = use_abs
-        nn.init.uniform_(self.embed.weight, -0.1, 0.1)
+
+    def _finish(self, out: torch.Tensor) -> torch.Tensor:
+        return out.abs() if self.use_abs else out
 
     def forward(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        """tokens (B, T) right-padded with 0; lengths (B,) >= 1 -> (B, embed_dim)."""
-        packed = pack_padded_sequence(self.embed(tokens), lengths.cpu(), batch_first=True, enforce_sorted=False)
-        _, hidden = self.gru(packed)
-        out = l2norm(hidden[-1])
-        return out.abs() if self.use_abs else out
+        return self._finish(self.encoder(tokens, lengths))
+
+    @property
+    def has_frozen_prefix(self) -> bool:
+        return hasattr(self.encoder, "frozen_prefix")
+
+    def frozen_prefix(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        return self.encoder.frozen_prefix(tokens, lengths)
+
+    def forward_from_prefix(self, prefix: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        return self._finish(self.encoder.forward_from_prefix(prefix, lengths))
 
 
 class ImageEncoder(nn.Module):
@@ -67,32 +78,18 @@ class JointModel(nn.Module):
     def __init__(self, config: JointConfig):
         super().__init__()
         self.config = config
-        self.text = TextEncoder(config.vocab_size, config.word_dim, config.embed_dim, config.use_abs)
+        self.text = TextEncoder(config.text_config(), config.embed_dim, config.use_abs)
         self.image = ImageEncoder(config.image_dim, config.embed_dim, config.image_dropout, config.use_abs)
 
     def similarity(self, images: torch.Tensor, captions: torch.Tensor) -> torch.Tensor:
         return SIMILARITIES[self.config.similarity](images, captions)
 
     def export_tensors(self) -> dict[str, torch.Tensor]:
-        """Weights under stable names, the contract with the numpy runtime (`runtime.py`)."""
-        gru = self.text.gru
-        return {
-            "word_embedding": self.text.embed.weight,
-            "gru.weight_ih": gru.weight_ih_l0, "gru.weight_hh": gru.weight_hh_l0,
-            "gru.bias_ih": gru.bias_ih_l0, "gru.bias_hh": gru.bias_hh_l0,
-            "image_projection": self.image.proj.weight,
-        }
+        """Weights under stable names, the contract with the numpy runtime (modelfile.py, text_encoders/)."""
+        return {**self.text.encoder.export_tensors(), "image_projection": self.image.proj.weight}
 
-    def import_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
-        own = self.export_tensors()
-        missing = set(own) - set(tensors)
-        if missing:
-            raise ValueError(f"model file lacks tensors: {sorted(missing)}")
-        with torch.no_grad():
-            for name, param in own.items():
-                if tuple(tensors[name].shape) != tuple(param.shape):
-                    raise ValueError(f"tensor {name} has shape {tuple(tensors[name].shape)}, expected {tuple(param.shape)}")
-                param.copy_(tensors[name].to(param.dtype))
+    def import_tensors(self, tensors: dict) -> None:
+        check_and_copy(self.export_tensors(), tensors)
 
 
 def pad_batch(token_lists: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,76 +1,214 @@
 """The trained-model format and its torch-free runtime.
 
 A model is a folder:
-  model.json         config: joint space, image-feature settings (backbone, layer set, crops), training record
-  model.safetensors  weights (fp16) and the FNE training-set mean/std (fp32); no pickle
-  vocab.json         the vocabulary
+  model.json         config: joint space, text encoder ("text": {"kind": ...}), image-feature settings (backbone,
+                     layer set, crops), training record, and the weights' sha256 (the model id, never re-hashed)
+  model.safetensors  weights (fp16, or int8 with per-row fp32 scales "NAME.scale") and the FNE training-set
+                     mean/std (fp32); no pickle
+  vocab.json | tokenizer.json   the text encoder's vocabulary (GRU) or tokenizer (MiniLM)
   captions.txt       the caption bank for `imgtxt caption` (the training captions, one per line)
 
-`TrainedModel` loads it with numpy only and encodes text with a numpy GRU forward (tested equal to
-the torch model), so `imgtxt search` never imports torch.
+`TrainedModel` loads it with numpy only, lazily: tensors are read from the memory-mapped file when first used, so a
+search never touches the image projection, and encodes text with the kind's numpy runtime (imgtxt/text_encoders,
+tested equal to the torch modules), so `imgtxt search` never imports torch.
 """
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
 
+from . import text_encoders
+from .errors import ImgtxtError
 from .fne import FeatureStats, full_network_embedding, l2_normalize
-from .vocab import Vocabulary
 
 FORMAT, FORMAT_VERSION = "imgtxt-model", 1
-WEIGHT_NAMES = ("word_embedding", "gru.weight_ih", "gru.weight_hh", "gru.bias_ih", "gru.bias_hh", "image_projection")
+IMAGE_PROJECTION = "image_projection"
+# backbones.BACKBONES, repeated so that loading a model never imports torch (a test keeps them equal)
+BACKBONE_NAMES = ("efficientnet_lite0", "efficientnet_lite1", "efficientnet_lite2", "vgg16", "resnet50", "resnet152")
+_INT, _STR, _BOOL = (int,), (str,), (bool,)
+CONFIG_SCHEMA = {   # section -> key -> accepted types; checked at load so a bad file fails in one line, at once
+    "joint": {"embed_dim": _INT, "image_dim": _INT, "similarity": _STR, "use_abs": _BOOL},
+    "features": {"kind": _STR, "backbone": _STR, "backbone_id": _STR, "layer_set": _STR, "crops": _INT,
+                 "precision": _STR, "raw_dim": _INT, "baseline_slice": (list,)},
+}
 
 
-class ModelError(Exception):
+def safe_name(name: str) -> str:
+    """A model name as it may appear in a file name: no separators, no leading dots, nothing odd."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name).lstrip(".")[:64] or "model"
+
+
+def check_config(config, where: Path) -> None:
+    """model.json's structure and values, before anything is computed from them."""
+    if not isinstance(config, dict):
+        raise ModelError(f"{where}: model.json must hold an object")
+    for section, keys in CONFIG_SCHEMA.items():
+        if not isinstance(config.get(section), dict):
+            raise ModelError(f"{where}: model.json lacks the {section!r} section")
+        for key, types in keys.items():
+            value = config[section].get(key)
+            if key not in config[section]:
+                raise ModelError(f"{where}: model.json lacks {section}.{key}")
+            if not isinstance(value, types) or (types is _INT and isinstance(value, bool)):
+                raise ModelError(f"{where}: model.json {section}.{key} has the wrong type ({value!r})")
+    joint, features = config["joint"], config["features"]
+    if joint["similarity"] not in ("cosine", "order"):
+        raise ModelError(f"{where}: model.json joint.similarity must be cosine or order, not {joint['similarity']!r}")
+    if min(joint["embed_dim"], joint["image_dim"], features["raw_dim"], features["crops"]) < 1:
+        raise ModelError(f"{where}: model.json has a size below 1")
+    if features["kind"] not in ("fne", "baseline"):
+        raise ModelError(f"{where}: model.json features.kind must be fne or baseline, not {features['kind']!r}")
+    if features["backbone"] not in BACKBONE_NAMES:
+        raise ModelError(f"{where}: unknown backbone {features['backbone']!r} in model.json; known: "
+                         f"{', '.join(BACKBONE_NAMES)}")
+    if "@" not in features["backbone_id"]:
+        raise ModelError(f"{where}: model.json features.backbone_id must be NAME@WEIGHTS")
+    start_stop = features["baseline_slice"]
+    if len(start_stop) != 2 or not all(isinstance(v, int) for v in start_stop) or \
+            not 0 <= start_stop[0] < start_stop[1] <= features["raw_dim"]:
+        raise ModelError(f"{where}: model.json features.baseline_slice must be [start, stop] within raw_dim")
+    expected = features["raw_dim"] if features["kind"] == "fne" else start_stop[1] - start_stop[0]
+    if joint["image_dim"] != expected:
+        raise ModelError(f"{where}: model.json joint.image_dim {joint['image_dim']} does not match its features "
+                         f"({expected})")
+    if not isinstance(config.get("name", ""), str):
+        raise ModelError(f"{where}: model.json name must be a string")
+
+
+def check_shapes(tensors, config: dict, path: Path) -> None:
+    """The image side's and the GRU's weight shapes against model.json, at load: not after half a minute of CNN
+    work (other text kinds check theirs when their runtime is built)."""
+    joint, raw_dim = config["joint"], config["features"]["raw_dim"]
+    h = joint["embed_dim"]
+    expected = {"image_projection": (h, joint["image_dim"]), "fne.mean": (raw_dim,), "fne.std": (raw_dim,)}
+    if text_encoders.text_config_of(config)["kind"] == "gru" and joint.get("word_dim"):
+        w = joint["word_dim"]
+        expected.update({"gru.weight_ih": (3 * h, w), "gru.weight_hh": (3 * h, h), "gru.bias_ih": (3 * h,),
+                         "gru.bias_hh": (3 * h,)})
+    for name, shape in expected.items():
+        if name in tensors and tensors.shape(name) != shape:
+            raise ModelError(f"{path}: tensor {name} has shape {tensors.shape(name)}, model.json says {shape}")
+
+
+
+
+class ModelError(ImgtxtError):
     """A model folder that is missing, incomplete, or not an imgtxt model."""
 
 
 def default_model_dir() -> Path:
-    return Path(__file__).resolve().parent.parent / "weights" / "default"
+    from .paths import default_model_dir as packaged
+
+    return packaged()
 
 
-def save_model(folder: Path | str, weights: dict[str, np.ndarray], vocab: Vocabulary, config: dict,
-               stats: FeatureStats | None, captions: list[str]) -> None:
-    """Write a model folder. `config` holds "joint", "features" and optionally "training"/"metrics"."""
+def quantize_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric int8 per row: x ~ q * scale[:, None]."""
+    x = np.asarray(x, dtype=np.float32)
+    scale = np.abs(x).max(axis=1) / 127.0
+    scale[scale == 0] = 1.0
+    return np.round(x / scale[:, None]).astype(np.int8), scale.astype(np.float32)
+
+
+def save_model(folder: Path | str, weights: dict[str, np.ndarray], vocab, config: dict,
+               stats: FeatureStats | None, captions: list[str], files: dict[str, bytes] | None = None,
+               int8: tuple[str, ...] = ()) -> None:
+    """Write a model folder. `config` holds "joint", "features", optionally "text" (default: the GRU described by
+    "joint"), "training"/"metrics". `vocab`: the GRU's Vocabulary (or None when `files` carries the text encoder's
+    files). Tensors named in `int8` are stored int8 with per-row scales, the other weights fp16."""
     from safetensors.numpy import save_file
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    tensors = {name: np.ascontiguousarray(weights[name], dtype=np.float16) for name in WEIGHT_NAMES}
+    names = text_encoders.tensor_names(text_encoders.text_config_of(config)) + [IMAGE_PROJECTION]
+    tensors = {}
+    for name in names:
+        if name in int8:
+            tensors[name], tensors[name + ".scale"] = quantize_rows(weights[name])
+        else:
+            tensors[name] = np.ascontiguousarray(weights[name], dtype=np.float16)
     if stats is not None:
         tensors["fne.mean"] = np.ascontiguousarray(stats.mean, dtype=np.float32)
         tensors["fne.std"] = np.ascontiguousarray(stats.std, dtype=np.float32)
     save_file(tensors, str(folder / "model.safetensors"))
-    vocab.save(folder / "vocab.json")
+    if vocab is not None:
+        vocab.save(folder / "vocab.json")
+    for name, data in (files or {}).items():
+        (folder / name).write_bytes(data)
     (folder / "captions.txt").write_text("\n".join(c.replace("\n", " ") for c in captions) + "\n", encoding="utf-8")
-    doc = {"format": FORMAT, "version": FORMAT_VERSION, **config}
+    digest = hashlib.sha256((folder / "model.safetensors").read_bytes()).hexdigest()
+    doc = {"format": FORMAT, "version": FORMAT_VERSION, **config, "weights_sha256": digest}
     (folder / "model.json").write_text(json.dumps(doc, indent=2), encoding="utf-8")
 
 
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    return 0.5 * (np.tanh(0.5 * x) + 1.0)  # overflow-free
+class LazyTensors:
+    """name -> float array from a memory-mapped safetensors file, read on first access (int8 ones dequantized)."""
+
+    def __init__(self, path: Path):
+        from safetensors import safe_open
+
+        self.path = path
+        self._file = safe_open(str(path), framework="numpy")
+        self._names = set(self._file.keys())
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._names
+
+    def keys(self):
+        return self._names
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return tuple(self._file.get_slice(name).get_shape())
+
+    def stored(self, name: str) -> np.ndarray:
+        """As stored (fp16 / int8 / fp32)."""
+        return self._file.get_tensor(name)
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        value = self.stored(name)
+        if name + ".scale" in self._names:
+            return value.astype(np.float32) * self.stored(name + ".scale")[:, None]
+        return value
+
+    def rows(self, name: str, index: np.ndarray) -> np.ndarray:
+        """Some rows as fp32, without converting the whole matrix."""
+        value = self.stored(name)[index].astype(np.float32)
+        if name + ".scale" in self._names:
+            value *= self.stored(name + ".scale")[index][..., None]
+        return value
+
+
+# CNNs already loaded in this process, by model id: loading the same model folder twice (tests, a server)
+# should not pay for the CNN twice.
+_LOADED_CNNS: dict[str, object] = {}
 
 
 @dataclass
 class TrainedModel:
     folder: Path
     config: dict
-    vocab: Vocabulary
-    weights: dict[str, np.ndarray]
+    tensors: LazyTensors
     stats: FeatureStats | None
     model_id: str
+    _text: object = field(default=None, repr=False)
+    # The CNN part (pipeline.ImageEmbedder, torch): loaded on first use, so text-only work never imports torch.
+    _cnn: object = field(default=None, init=False, repr=False, compare=False)
+    on_cnn_load: object = field(default=None, repr=False, compare=False)  # called before the slow first load
 
     # ------------------------------------------------------------------ loading
     @classmethod
     def load(cls, folder: Path | str | None = None) -> "TrainedModel":
         from safetensors import SafetensorError
-        from safetensors.numpy import load_file
 
-        folder = Path(folder) if folder else default_model_dir()
+        from .paths import model_dir
+
+        folder = model_dir(folder)  # --model, else $IMGTXT_MODEL, else the packaged default
         if not folder.is_dir():
             raise ModelError(f"{folder}: no such model folder")
         try:
@@ -79,31 +217,57 @@ class TrainedModel:
             raise ModelError(f"{folder}: no model.json (not an imgtxt model folder)") from None
         except json.JSONDecodeError as e:
             raise ModelError(f"{folder / 'model.json'}: not valid JSON ({e})") from None
-        if config.get("format") != FORMAT:
+        if not isinstance(config, dict) or config.get("format") != FORMAT:
             raise ModelError(f"{folder}: model.json is not an imgtxt model")
-        if config.get("version", 0) > FORMAT_VERSION:
+        if not isinstance(config.get("version", 0), int) or config.get("version", 0) > FORMAT_VERSION:
             raise ModelError(f"{folder}: model format v{config['version']} is newer than this imgtxt (v{FORMAT_VERSION}); upgrade imgtxt")
         path = folder / "model.safetensors"
         try:
-            tensors = load_file(str(path))
-            vocab = Vocabulary.load(folder / "vocab.json")
+            tensors = LazyTensors(path)
         except (FileNotFoundError, SafetensorError, ValueError, KeyError, OSError) as e:
             raise ModelError(f"{folder}: unreadable model files ({e})") from None
-        missing = [n for n in WEIGHT_NAMES if n not in tensors]
+        check_config(config, folder)
+        try:
+            text_config = text_encoders.text_config_of(config)
+            names = text_encoders.tensor_names(text_config)
+        except (ValueError, KeyError, TypeError) as e:
+            raise ModelError(f"{folder}: model.json has an unusable text encoder section ({e})") from None
+        missing = [n for n in names + [IMAGE_PROJECTION] if n not in tensors]
         if missing:
             raise ModelError(f"{path}: missing tensors {missing}")
-        weights = {n: tensors[n].astype(np.float32) for n in WEIGHT_NAMES}
-        joint = config["joint"]
-        if weights["word_embedding"].shape[0] != len(vocab):
-            raise ModelError(f"{folder}: vocab.json has {len(vocab)} words, the model {weights['word_embedding'].shape[0]}")
-        if weights["image_projection"].shape != (joint["embed_dim"], joint["image_dim"]):
-            raise ModelError(f"{path}: image projection shape does not match model.json")
+        check_shapes(tensors, config, path)
         stats = FeatureStats(tensors["fne.mean"], tensors["fne.std"]) if "fne.mean" in tensors else None
         if config["features"]["kind"] == "fne" and stats is None:
             raise ModelError(f"{path}: an FNE model must carry its feature statistics")
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
-        model_id = f"{config.get('name', folder.name)}-{digest}"
-        return cls(folder, config, vocab, weights, stats, model_id)
+        # Recorded at save; only folders written before that are hashed here.
+        digest = config.get("weights_sha256") or hashlib.sha256(path.read_bytes()).hexdigest()
+        model_id = f"{safe_name(config.get('name') or folder.name)}-{digest[:12]}"
+        model = cls(folder, config, tensors, stats, model_id)
+        if not (folder / "tokenizer.json").is_file() and text_config["kind"] != "gru":
+            raise ModelError(f"{folder}: no tokenizer.json for its {text_config['kind']} text encoder")
+        if text_config["kind"] == "gru":
+            model.text  # the vocabulary is small: check it against the weights now  # noqa: B018
+        return model
+
+    @property
+    def text(self):
+        """The numpy text encoder of this model's kind, built on first use."""
+        if self._text is None:
+            try:
+                self._text = text_encoders.runtime(text_encoders.text_config_of(self.config), self.tensors, self.folder)
+            except (FileNotFoundError, ValueError, KeyError, OSError) as e:
+                raise ModelError(f"{self.folder}: unreadable text encoder ({e})") from None
+        return self._text
+
+    @property
+    def vocab(self):
+        """The GRU's vocabulary (GRU models only)."""
+        return self.text.vocab
+
+    @cached_property
+    def image_projection(self) -> np.ndarray:
+        """(embed_dim, image_dim) fp32 for indexing and evaluation; the query path never asks for it."""
+        return np.asarray(self.tensors[IMAGE_PROJECTION], dtype=np.float32)
 
     # ------------------------------------------------------------------ properties
     @property
@@ -124,34 +288,54 @@ class TrainedModel:
             return []
         return [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
-    # ------------------------------------------------------------------ encoders (numpy)
-    def encode_text(self, texts: list[str], batch_size: int = 512) -> np.ndarray:
-        """Captions -> joint-space vectors (N, D) float32, a numpy port of model.TextEncoder."""
-        out = [self._encode_token_batch([self.vocab.encode(t) for t in texts[s:s + batch_size]])
-               for s in range(0, len(texts), batch_size)]
-        return np.concatenate(out) if out else np.zeros((0, self.config["joint"]["embed_dim"]), np.float32)
+    # ------------------------------------------------------------------ image side (CNN, loaded lazily)
+    def image_embedder(self, threads: int | None = None):
+        """The model's CNN with its feature settings (seconds to load; once per model object): the exported
+        ONNX graph on OpenVINO / ONNX Runtime when possible (no torch imported), else the torch CNN."""
+        if self._cnn is None:
+            self._cnn = _LOADED_CNNS.get(self.model_id)
+        if self._cnn is None:
+            from .cnn_runtime import onnx_embedder
 
-    def _encode_token_batch(self, token_lists: list[list[int]]) -> np.ndarray:
-        w = self.weights
-        seqs = [t if t else [1] for t in token_lists]
-        lengths = np.array([len(t) for t in seqs])
-        hidden_size = w["gru.weight_hh"].shape[1]
-        h = np.zeros((len(seqs), hidden_size), np.float32)
-        tokens = np.zeros((len(seqs), lengths.max()), np.int64)
-        for i, t in enumerate(seqs):
-            tokens[i, :len(t)] = t
-        # Input-side gates for every step at once; only the recurrence is sequential.
-        x_gates = w["word_embedding"][tokens] @ w["gru.weight_ih"].T + w["gru.bias_ih"]  # (B, T, 3H)
-        w_hh_t, b_hh = w["gru.weight_hh"].T, w["gru.bias_hh"]
-        for step in range(tokens.shape[1]):
-            xr, xz, xn = np.split(x_gates[:, step], 3, axis=1)
-            hr, hz, hn = np.split(h @ w_hh_t + b_hh, 3, axis=1)
-            r, z = _sigmoid(xr + hr), _sigmoid(xz + hz)
-            n = np.tanh(xn + r * hn)
-            h_new = (1.0 - z) * n + z * h
-            active = (step < lengths)[:, None]
-            h = np.where(active, h_new, h)
-        out = l2_normalize(h)
+            if self.on_cnn_load is not None:
+                self.on_cnn_load()
+            embedder = onnx_embedder(self, threads)
+            if embedder is None:
+                from .pipeline import ImageEmbedder
+
+                embedder = ImageEmbedder(self)
+            self._cnn = _LOADED_CNNS[self.model_id] = embedder
+        return self._cnn
+
+    def embed_images(self, squares: np.ndarray) -> np.ndarray:
+        """(B, R, R, 3) uint8 squares of side `image_embedder().resize_size` -> joint vectors (B, D)."""
+        return self.image_embedder().embed(squares)
+
+    def embed_photo(self, path: Path | str) -> np.ndarray:
+        """One photo file -> its joint vector (D,). Raises ImageError for a file that is not a usable photo."""
+        from .images import load_square, register_heif
+
+        register_heif()
+        size = self.image_embedder().resize_size
+        return self.embed_images(load_square(path, size)[None].copy())[0]  # writable for torch
+
+    # ------------------------------------------------------------------ encoders (numpy)
+    def check_query(self, text: str) -> str | None:
+        """A one-line reason when this text cannot be a query (empty, no known word), else None."""
+        return self.text.check_query(text)
+
+    def encode_text(self, texts: list[str], batch_size: int = 512, progress=None) -> np.ndarray:
+        """Captions -> joint-space vectors (N, D) float32 with the text encoder's numpy runtime.
+        Batches hold captions of similar length (padding is wasted work); progress(done) after each batch."""
+        text = self.text
+        order = np.argsort([text.sort_key(t) for t in texts], kind="stable") if len(texts) > batch_size \
+            else np.arange(len(texts))
+        out = np.empty((len(texts), self.config["joint"]["embed_dim"]), np.float32)
+        for s in range(0, len(texts), batch_size):
+            rows = order[s:s + batch_size]
+            out[rows] = text.encode([text.tokenize(texts[i]) for i in rows])
+            if progress is not None:
+                progress(min(s + batch_size, len(texts)))
         return np.abs(out) if self.use_abs else out
 
     def image_features(self, raw: np.ndarray) -> np.ndarray:
@@ -162,7 +346,7 @@ class TrainedModel:
         return l2_normalize(np.asarray(raw)[:, start:stop])
 
     def encode_image_features(self, feats: np.ndarray) -> np.ndarray:
-        out = l2_normalize(np.asarray(feats, dtype=np.float32) @ self.weights["image_projection"].T)
+        out = l2_normalize(np.asarray(feats, dtype=np.float32) @ self.image_projection.T)
         return np.abs(out) if self.use_abs else out
 
     def encode_raw_images(self, raw: np.ndarray) -> np.ndarray:
@@ -182,3 +366,15 @@ def order_scores(images: np.ndarray, captions: np.ndarray, chunk: int = 64) -> n
         diff = captions[None, :, :] - images[s:s + chunk, None, :]
         out[s:s + chunk] = -np.square(np.maximum(diff, 0)).sum(axis=2)
     return out
+
+
+def resave_model(src: Path | str, dst: Path | str, int8: tuple[str, ...] = (), update: dict | None = None) -> None:
+    """Copy a model folder with another storage choice (int8 tensors) and extra model.json keys (name, recipe)."""
+    src, dst = Path(src), Path(dst)
+    model = TrainedModel.load(src)
+    config = {k: v for k, v in model.config.items() if k not in ("format", "version", "weights_sha256")}
+    config.update(update or {})
+    names = text_encoders.tensor_names(text_encoders.text_config_of(config)) + [IMAGE_PROJECTION]
+    weights = {n: np.asarray(model.tensors[n], dtype=np.float32) for n in names}
+    files = {n: (src / n).read_bytes() for n in ("vocab.json", "tokenizer.json") if (src / n).is_file()}
+    save_model(dst, weights, None, config, model.stats, model.caption_bank(), files=files, int8=int8)

@@ -63,7 +63,11 @@ def model_inputs(kind: str, raw: np.ndarray, stats: FeatureStats | None, baselin
 
 
 def build_training_data(dataset: str, data_dir: Path | str, kind: str, settings: FeatureSettings,
-                        min_count: int = 2, quiet: bool = False):
+                        min_count: int = 2, quiet: bool = False, text_kind: str = "gru",
+                        text_options: dict | None = None):
+    """text_kind "gru" keeps the paper's word vocabulary; another kind brings its own tokenizer and weights
+    (imgtxt/text_encoders)."""
+    from . import text_encoders
     from .train import TrainData
 
     train_split = load_split(dataset, data_dir, "train")
@@ -72,15 +76,21 @@ def build_training_data(dataset: str, data_dir: Path | str, kind: str, settings:
     raw_val, _ = raw_split_features(val_split, settings, extractor=extractor, quiet=quiet)
     stats = FeatureStats.fit(raw_train) if kind == "fne" else None  # training images only
     config = feature_config(kind, settings, extractor)
-    vocab = Vocabulary.build(train_split.captions, min_count=min_count)
+    extra = {"dataset": dataset, "train_images": len(train_split), "val_images": len(val_split)}
+    if text_kind == "gru":
+        vocab, setup = Vocabulary.build(train_split.captions, min_count=min_count), None
+        tokenize = vocab.encode
+        extra["vocab_min_count"] = min_count
+    else:
+        vocab, setup = None, text_encoders.prepare(text_kind, train_split.captions, text_options or {})
+        tokenize = setup.tokenize
     return TrainData(
         train_features=model_inputs(kind, raw_train, stats, extractor.baseline_slice),
-        train_tokens=[vocab.encode(c) for c in train_split.captions],
+        train_tokens=[tokenize(c) for c in train_split.captions],
         val_features=model_inputs(kind, raw_val, stats, extractor.baseline_slice),
-        val_tokens=[vocab.encode(c) for c in val_split.captions],
+        val_tokens=[tokenize(c) for c in val_split.captions],
         vocab=vocab, train_captions=train_split.captions, feature_config=config, stats=stats,
-        extra={"dataset": dataset, "train_images": len(train_split), "val_images": len(val_split),
-               "vocab_min_count": min_count},
+        extra=extra, text_setup=setup,
     )
 
 
@@ -88,12 +98,16 @@ class ImageEmbedder:
     """Photos -> joint-space vectors with a trained model: its CNN settings, its FNE statistics."""
 
     def __init__(self, model, device: str | None = None, backbone_weights: str | None = None):
+        from .backbones import BackboneError
         from .modelfile import ModelError
 
         f = model.features
         self.model = model
         self.settings = FeatureSettings(f["backbone"], f["layer_set"], f["crops"], f["precision"], backbone_weights)
-        self.extractor = open_extractor(self.settings, device=device)
+        try:
+            self.extractor = open_extractor(self.settings, device=device)
+        except (BackboneError, ValueError) as e:  # unknown backbone or layer set, missing weights: one line
+            raise ModelError(f"{model.folder}: cannot build its image network ({e})") from None
         if self.extractor.backbone.id != f["backbone_id"] and f["backbone_id"].split("@")[1] != "random":
             raise ModelError(
                 f"the model was trained on {f['backbone_id']} features but this backbone is "

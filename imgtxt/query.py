@@ -1,13 +1,15 @@
 """Answering queries against an index: text -> photos, photo -> captions, photo -> photos, status.
 
-Nothing here imports torch: text is encoded by the model's numpy GRU, indexed photos use their stored
+Nothing here imports torch: text is encoded by the model's numpy text encoder, indexed photos use their stored
 vectors, and the vector search files are memory-mapped. Only a photo that is not in the index needs the CNN, and the
 caller passes a `embed_photo` function for that case.
 """
 from __future__ import annotations
 
 import hashlib
+import math
 import os
+import re
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,10 +17,13 @@ from pathlib import Path
 import numpy as np
 
 from . import vector_index
-from .store import StoreError, decode_vectors, open_readonly, path_key, read_meta
+from .errors import ImgtxtError
+from .store import StoreError, decode_vectors, open_readonly, path_key, read_meta, real_path
+
+MAX_QUERY_CHARS = 1000   # a caption is a sentence; a 100,000-character "query" took minutes and 400 MB
 
 
-class QueryError(Exception):
+class QueryError(ImgtxtError):
     """A query that cannot be answered: empty, no known words, a missing photo."""
 
 
@@ -26,7 +31,8 @@ class QueryError(Exception):
 class Hit:
     rank: int
     score: float
-    value: str      # a path, or a caption
+    value: str      # a path (its key: non-UTF-8 bytes escaped), or a caption
+    real: str | None = None   # the path to open, when it differs from the key
 
 
 class Index:
@@ -35,6 +41,7 @@ class Index:
     def __init__(self, index_dir: Path):
         self.dir = Path(index_dir)
         self.conn = open_readonly(self.dir)
+        self.notices: list[str] = []   # one-line warnings for the user (e.g. a damaged vector file)
         try:
             self.meta = read_meta(self.conn)
         except sqlite3.OperationalError as e:
@@ -59,19 +66,25 @@ class Index:
         if self.model_id != model.model_id:
             raise StoreError(f"the index at {self.dir} was built with model {self.model_id}, not {model.model_id}: "
                              f"run `imgtxt index` with this model to re-embed, or pass the index's --model")
+        empty = StoreError(f"the index at {self.dir} is empty: run `imgtxt index FOLDER` with some photos")
+        if self.meta.get("photos", "1") == "0":
+            raise empty
+        # Checked against the record in SQLite before anything is mapped; if they differ, exact search from
+        # SQLite and a one-line notice.
         vectors = vector_index.open_vectors(self.dir, self.meta, self.conn, model.model_id,
-                                            model.config["joint"]["embed_dim"])
+                                            model.config["joint"]["embed_dim"], self.notices)
         if len(vectors) == 0:
-            raise StoreError(f"the index at {self.dir} is empty: run `imgtxt index FOLDER` with some photos")
+            raise empty
         return vectors
 
-    def paths(self, ids: list[int], chunk: int = 10_000) -> dict[int, str]:
-        """id -> path of the ids still in the index (removed photos are left out)."""
-        out: dict[int, str] = {}
-        for s in range(0, len(ids), chunk):  # SQLite caps the number of ? in one statement
-            part = ids[s:s + chunk]
-            out.update(self.conn.execute(f"SELECT id, path FROM photos WHERE id IN ({','.join('?' * len(part))})",
-                                         part).fetchall())
+    def paths(self, ids: list[int], chunk: int = 10_000) -> dict[int, tuple[str, str]]:
+        """id -> (key, path to open) of the ids still in the index (removed photos are left out), in chunks
+        (SQLite limits the variables of one statement)."""
+        out = {}
+        for start in range(0, len(ids), chunk):
+            part = ids[start:start + chunk]
+            sql = f"SELECT id, path, path_bytes FROM photos WHERE id IN ({','.join('?' * len(part))})"
+            out.update({i: (key, real_path(key, raw)) for i, key, raw in self.conn.execute(sql, part)})
         return out
 
     def stored_vector(self, path: str, model_id: str, dim: int) -> np.ndarray | None:
@@ -98,29 +111,35 @@ class Index:
 # ------------------------------------------------------------------------------------- text -> photos
 
 def check_query(model, text: str) -> None:
-    from .vocab import tokenize
-
-    if not text.strip() or not tokenize(text):
-        raise QueryError("empty query: describe the photo, e.g. imgtxt search \"a dog running on a beach\"")
-    if model.vocab.known_fraction(text) == 0.0:
-        raise QueryError(f"none of the words in {text!r} are known to the model; try other words")
+    if len(text) > MAX_QUERY_CHARS:
+        raise QueryError(f"query too long ({len(text)} characters; at most {MAX_QUERY_CHARS}): describe the photo "
+                         f"in a sentence")
+    reason = model.check_query(text)
+    if reason:
+        raise QueryError(reason)
 
 
 def rank(index: Index, model, vectors, query: np.ndarray, n: int, score_fn,
          min_score: float | None = None, exclude: str | None = None) -> list[Hit]:
+    if min_score is not None and math.isnan(min_score):
+        raise QueryError("--min-score must be a number, not nan")
     # Removed photos may still be in the search files (`dead`): ask for that many more, and map ids to the
-    # current paths, which leaves them out. The work is proportional to n, not to the library.
-    ids, scores = vectors.search(query, n + (1 if exclude else 0) + vectors.dead, score_fn)
+    # current paths, which leaves them out. The work is proportional to n (never more than the library holds),
+    # not to the library.
+    want = min(n + (1 if exclude else 0), len(vectors)) + vectors.dead
+    ids, scores = vectors.search(query, want, score_fn)
     ids = ids.tolist()
+    if not ids:
+        return []
     paths = index.paths(ids)
     hits = []
     for i in range(len(ids)):
-        path = paths.get(ids[i])
+        key, path = paths.get(ids[i], (None, None))
         if min_score is not None and scores[i] < min_score:
             break  # best first: the rest score lower
-        if path is None or path == exclude:
+        if key is None or key == exclude:
             continue
-        hits.append(Hit(len(hits) + 1, float(scores[i]), path))
+        hits.append(Hit(len(hits) + 1, float(scores[i]), key, path))
         if len(hits) == n:
             break
     return hits
@@ -128,6 +147,8 @@ def rank(index: Index, model, vectors, query: np.ndarray, n: int, score_fn,
 
 def search(index: Index, model, text: str, n: int = 10, min_score: float | None = None) -> list[Hit]:
     check_query(model, text)
+    if min_score is not None and math.isnan(min_score):
+        raise QueryError("--min-score must be a number, not nan")
     vectors = index.vectors(model)
     query = model.encode_text([text])
     score = (vector_index.dot_scorer(query[0]) if model.similarity_kind == "cosine"
@@ -163,10 +184,9 @@ def similar(index: Index, model, vector: np.ndarray, n: int = 10, exclude: str |
 
 
 def caption_cache_dir() -> Path:
-    if os.environ.get("IMGTXT_CACHE_DIR"):
-        return Path(os.environ["IMGTXT_CACHE_DIR"]) / "captions"
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "imgtxt" / "captions"
+    from .paths import cache_dir
+
+    return cache_dir() / "captions"
 
 
 def read_captions(file: Path) -> list[str]:
@@ -179,15 +199,18 @@ def read_captions(file: Path) -> list[str]:
     return captions
 
 
-def caption_vectors(model, captions: list[str], on_compute=None) -> np.ndarray:
+def caption_vectors(model, captions: list[str], on_compute=None, progress=None) -> np.ndarray:
     """Embeddings of a caption list, cached on disk by model id and caption content.
 
     The default bank is ~30k training captions: minutes of numpy GRU on a busy 2-core CPU, so it is done once
     per model, in batches of similar-length captions (padding steps are wasted work). `on_compute(n)` is
-    called before a cache miss is computed, for a "this takes a while, once" message.
+    called before a cache miss is computed, for a "this takes a while, once" message; `progress(done, total)`
+    after each chunk of captions, for a progress bar.
     """
     digest = hashlib.sha256("\n".join(captions).encode("utf-8")).hexdigest()[:16]
-    path = caption_cache_dir() / f"{model.model_id}-{digest}.npy"
+    # The model id comes from model.json: only safe characters may reach a file name (no "../").
+    safe_id = re.sub(r"[^A-Za-z0-9_.-]", "_", model.model_id).lstrip(".")
+    path = caption_cache_dir() / f"{safe_id}-{digest}.npy"
     try:
         cached = np.load(path)
         if cached.shape == (len(captions), model.config["joint"]["embed_dim"]):
@@ -196,11 +219,8 @@ def caption_vectors(model, captions: list[str], on_compute=None) -> np.ndarray:
         pass
     if on_compute is not None:
         on_compute(len(captions))
-    from .vocab import tokenize
-
-    order = np.argsort([len(tokenize(c)) for c in captions], kind="stable")
-    vectors = np.empty((len(captions), model.config["joint"]["embed_dim"]), np.float32)
-    vectors[order] = model.encode_text([captions[i] for i in order], batch_size=128)
+    vectors = model.encode_text(captions, batch_size=128,
+                                progress=(lambda done: progress(done, len(captions))) if progress else None)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
@@ -213,11 +233,11 @@ def caption_vectors(model, captions: list[str], on_compute=None) -> np.ndarray:
 
 
 def caption(model, vector: np.ndarray, n: int = 5, captions: list[str] | None = None,
-            on_compute=None) -> list[Hit]:
+            on_compute=None, progress=None) -> list[Hit]:
     bank = captions if captions is not None else model.caption_bank()
     if not bank:
         raise QueryError(f"the model in {model.folder} has no caption bank (captions.txt); pass --captions FILE")
-    scores = model.scores(vector[None, :], caption_vectors(model, bank, on_compute))[0]
+    scores = model.scores(vector[None, :], caption_vectors(model, bank, on_compute, progress))[0]
     order = np.argsort(-scores, kind="stable")
     hits, seen = [], set()
     for i in order:

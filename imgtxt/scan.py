@@ -52,10 +52,19 @@ def _os_reason(e: OSError) -> str:
         return "symbolic link loop"
     if e.errno in (errno.EACCES, errno.EPERM):
         return "permission denied"
+    if e.errno == errno.ENAMETOOLONG:
+        return "path too long (over the system's PATH_MAX or NAME_MAX)"
     if e.errno == errno.ENOENT:
         broken_link = isinstance(e.filename, str) and os.path.islink(e.filename)
         return "broken symbolic link" if broken_link else "vanished while scanning"
     return e.strerror or str(e)
+
+
+def _is_dir(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_dir(follow_symlinks=False)  # from the directory listing, no stat needed
+    except OSError:
+        return False
 
 
 def scan(roots: Iterable[str], excludes: Iterable[str] = (),
@@ -115,7 +124,9 @@ def scan(roots: Iterable[str], excludes: Iterable[str] = (),
                 try:
                     st = entry.stat()  # follows links
                 except OSError as e:
-                    if os.path.splitext(name)[1].lower() in suffixes or entry.is_symlink():
+                    # A folder (or link, or photo) that cannot be looked at is reported, never dropped
+                    # silently: its photos would be missing without a word.
+                    if os.path.splitext(name)[1].lower() in suffixes or entry.is_symlink() or _is_dir(entry):
                         yield Problem(entry.path, _os_reason(e))
                     continue
                 if stat.S_ISDIR(st.st_mode):

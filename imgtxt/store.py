@@ -8,7 +8,10 @@ The index folder is, in order: `--index DIR`, $IMGTXT_INDEX_DIR, $XDG_DATA_HOME/
 
 Writers go through sqlite-utils (`Store`); the query path opens the file read-only with the standard
 library's sqlite3 (`open_readonly`), because importing sqlite-utils alone costs 0.4 s of a search.
-WAL mode lets searches read the last committed state while an index run writes.
+WAL mode lets searches read the last committed state while an index run writes; every run ends with a
+checkpoint, so the .db file alone is complete and a read-only copy (a published index, a read-only
+medium) is searched with SQLite's `immutable=1`.
+Photo paths are private: a new index folder is created 0700 and its database 0600.
 """
 from __future__ import annotations
 
@@ -20,24 +23,62 @@ from typing import Iterator
 
 import numpy as np
 
+from . import paths
+from .errors import ImgtxtError
+
 INDEX_ENV = "IMGTXT_INDEX_DIR"
 DB_NAME = "index.db"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+QUICK_CHECK_MAX_BYTES = 32 << 20   # a read-only open verifies the file's structure up to this size (~0.1 s)
 
 
-class StoreError(Exception):
-    """An index that cannot be used: missing, empty, locked, or written by a newer imgtxt."""
+class StoreError(ImgtxtError):
+    """An index that cannot be used: missing, empty, locked, damaged, or written by a newer imgtxt."""
+
+
+def damaged(db_path: Path, error: Exception | str) -> StoreError:
+    """The one-line answer to a damaged database, naming the recovery (which never deletes the old file)."""
+    return StoreError(f"{db_path} is damaged ({str(error).splitlines()[0] if str(error) else 'malformed'}); "
+                      f"rebuild it from your photos with `imgtxt index --rebuild FOLDER...` "
+                      f"(the damaged file is kept as {DB_NAME}.damaged)")
+
+
+def write_error(path: Path, error: Exception) -> StoreError:
+    """Disk full, read-only folder, I/O error while writing the index: one line, nothing committed is lost."""
+    text = str(error).splitlines()[0] if str(error) else error.__class__.__name__
+    if isinstance(error, OSError) and error.strerror:
+        text = error.strerror
+    return StoreError(f"cannot write the index at {path}: {text}; the photos committed so far are kept, "
+                      f"free space (or make the folder writable) and run `imgtxt index` again")
+
+
+def classify(error: sqlite3.DatabaseError, db_path: Path) -> StoreError:
+    """An SQLite error as a one-line StoreError: busy, cannot write (disk full, read-only), or damaged."""
+    text = str(error)
+    if "locked" in text or "busy" in text:
+        return StoreError(f"{db_path} is busy (another program holds it); try again")
+    if any(k in text for k in ("readonly", "read-only", "unable to open", "full", "disk I/O", "out of memory")):
+        return write_error(db_path.parent, error)
+    return damaged(db_path, error)
+
+
+def make_private_dir(folder: Path) -> None:
+    """Create the index folder 0700 (photo paths are private); an existing folder keeps its mode."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            folder.mkdir(mode=0o700)
+        except FileExistsError:
+            pass
 
 
 def default_index_dir() -> Path:
-    if os.environ.get(INDEX_ENV):
-        return Path(os.environ[INDEX_ENV])
-    base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
-    return Path(base) / "imgtxt"
+    return paths.index_dir()
 
 
 def resolve_index_dir(option: Path | str | None) -> Path:
-    return Path(option) if option else default_index_dir()
+    return paths.index_dir(option)
 
 
 def now_iso() -> str:
@@ -53,13 +94,16 @@ def now_precise() -> str:
 # ------------------------------------------------------------------------------- paths as keys
 
 def path_key(path: str) -> str:
-    """The text stored for a path. Non-UTF-8 names (surrogate-escaped by os.fsdecode) cannot go into an
-    SQLite TEXT column, so they are shown with backslash escapes and their bytes kept in `path_bytes`."""
-    try:
-        path.encode("utf-8")
-        return path
-    except UnicodeEncodeError:
-        return os.fsencode(path).decode("utf-8", "backslashreplace")
+    """The text stored for a path, one per file. Non-UTF-8 names (surrogate-escaped by os.fsdecode) cannot go
+    into an SQLite TEXT column, so their bad bytes are written \\xNN and their bytes kept in `path_bytes`; a
+    literal backslash is doubled, so a file really named `caf\\xe9.jpg` gets another key than `caf<0xE9>.jpg`."""
+    if "\\" not in path:
+        try:
+            path.encode("utf-8")
+            return path
+        except UnicodeEncodeError:
+            pass
+    return os.fsencode(path).replace(b"\\", b"\\\\").decode("utf-8", "backslashreplace")
 
 
 def path_bytes(path: str) -> bytes | None:
@@ -144,8 +188,25 @@ MIGRATIONS = [
         seen_at TEXT NOT NULL
     );
     """,
+    "CREATE INDEX photos_hash_model ON photos (hash, model_id)",  # O(1) reuse of a known photo's vector
 ]
 assert len(MIGRATIONS) == SCHEMA_VERSION
+
+
+def _rekey_paths(conn) -> None:
+    """v1 -> v2: v1 keys were not unique (a backslash in a name was stored as is); recompute every key that
+    contains a backslash from the bytes of its path."""
+    for table in ("photos", "skipped"):
+        rows = conn.execute(f"SELECT rowid, path, path_bytes FROM {table} WHERE path LIKE '%\\%'").fetchall()
+        for rowid, _, _ in rows:  # two passes: a new key may equal another row's old key
+            conn.execute(f"UPDATE {table} SET path = ? WHERE rowid = ?", [f"\0rekey{rowid}", rowid])
+        for rowid, key, raw in rows:
+            path = os.fsdecode(raw) if raw else key
+            conn.execute(f"UPDATE {table} SET path = ?, path_bytes = ? WHERE rowid = ?",
+                         [path_key(path), path_bytes(path), rowid])
+
+
+POST_MIGRATION = {2: _rekey_paths}
 
 
 def _schema_version(conn: sqlite3.Connection) -> int:
@@ -158,17 +219,54 @@ def _check_not_newer(version: int, db_path: Path) -> None:
                          f"this one reads up to v{SCHEMA_VERSION}); upgrade imgtxt or use another --index")
 
 
-def open_readonly(index_dir: Path) -> sqlite3.Connection:
-    """A read-only connection for queries; never creates or migrates anything."""
+def quick_check(conn: sqlite3.Connection, db_path: Path) -> None:
+    try:
+        result = conn.execute("PRAGMA quick_check(1)").fetchone()[0]
+    except sqlite3.DatabaseError as e:
+        raise damaged(db_path, e) from None
+    if result != "ok":
+        raise damaged(db_path, result)
+
+
+def _connect_readonly(db_path: Path) -> sqlite3.Connection:
+    """mode=ro needs to create the -shm file next to a WAL database; in a folder it cannot write to (a
+    published index, a read-only medium) the file is opened immutable, which the end-of-run checkpoint
+    makes complete."""
+    uri = db_path.resolve().as_uri()
+    conn = sqlite3.connect(f"{uri}?mode=ro", uri=True)
+    try:
+        _schema_version(conn)
+        return conn
+    except sqlite3.OperationalError:
+        conn.close()
+        if os.access(db_path.parent, os.W_OK) and not _read_only_fs(db_path.parent):
+            raise
+    return sqlite3.connect(f"{uri}?immutable=1", uri=True)
+
+
+def _read_only_fs(folder: Path) -> bool:
+    try:
+        return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
+def open_readonly(index_dir: Path, check: bool = True) -> sqlite3.Connection:
+    """A read-only connection for queries; never creates or migrates anything. `check`: verify the file's
+    structure (PRAGMA quick_check) when it is small enough for that to be cheap."""
     db_path = Path(index_dir) / DB_NAME
     if not db_path.is_file():
         raise StoreError(f"no index at {index_dir}: run `imgtxt index FOLDER` first (or pass --index DIR)")
     try:
-        conn = sqlite3.connect(f"{db_path.resolve().as_uri()}?mode=ro", uri=True)
+        conn = _connect_readonly(db_path)
         version = _schema_version(conn)
     except sqlite3.DatabaseError as e:
+        if "file is not a database" in str(e) or "malformed" in str(e):
+            raise damaged(db_path, f"not a readable imgtxt index: {e}") from None
         raise StoreError(f"{db_path}: not a readable imgtxt index ({e})") from None
     _check_not_newer(version, db_path)
+    if check and db_path.stat().st_size <= QUICK_CHECK_MAX_BYTES:
+        quick_check(conn, db_path)
     if version < SCHEMA_VERSION:
         raise StoreError(f"the index at {index_dir} is from an older imgtxt: run `imgtxt index` once to upgrade it")
     return conn
@@ -207,29 +305,43 @@ class KnownHashes:
 
 
 class Store:
-    """Read-write access for `imgtxt index`: creates the folder and database, applies migrations."""
+    """Read-write access for `imgtxt index`: creates the folder and database, applies migrations.
 
-    def __init__(self, index_dir: Path | str):
+    `db_name`: another file in the folder (`imgtxt index --rebuild` builds index.db.rebuild beside the
+    damaged index.db and swaps it in only when complete)."""
+
+    def __init__(self, index_dir: Path | str, db_name: str = DB_NAME):
         import sqlite_utils
 
         self.index_dir = Path(index_dir)
-        self.index_dir.mkdir(parents=True, exist_ok=True)
-        self.db_path = self.index_dir / DB_NAME
+        make_private_dir(self.index_dir)
+        self.db_path = self.index_dir / db_name
+        try:
+            if not self.db_path.exists():
+                os.close(os.open(self.db_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
+        except FileExistsError:
+            pass
+        except OSError as e:
+            raise write_error(self.index_dir, e) from None
         try:
             self.db = sqlite_utils.Database(self.db_path)
             version = _schema_version(self.db.conn)
+            _check_not_newer(version, self.db_path)
+            if self.db_path.stat().st_size <= 8 * QUICK_CHECK_MAX_BYTES:  # an index run can afford ~1 s
+                quick_check(self.db.conn, self.db_path)
+            self.db.enable_wal()
+            self.db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable across process kills
+            self.db.execute("PRAGMA busy_timeout=10000")
+            for target in range(version + 1, SCHEMA_VERSION + 1):
+                with self.db.atomic():
+                    for statement in MIGRATIONS[target - 1].split(";"):
+                        if statement.strip():
+                            self.db.execute(statement)
+                    if target in POST_MIGRATION:
+                        POST_MIGRATION[target](self.db.conn)
+                    self.db.execute(f"PRAGMA user_version={target}")
         except sqlite3.DatabaseError as e:
-            raise StoreError(f"{self.db_path}: not a readable imgtxt index ({e})") from None
-        _check_not_newer(version, self.db_path)
-        self.db.enable_wal()
-        self.db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable across process kills
-        self.db.execute("PRAGMA busy_timeout=10000")
-        for target in range(version + 1, SCHEMA_VERSION + 1):
-            with self.db.atomic():
-                for statement in MIGRATIONS[target - 1].split(";"):
-                    if statement.strip():
-                        self.db.execute(statement)
-                self.db.execute(f"PRAGMA user_version={target}")
+            raise classify(e, self.db_path) from None
 
     # -------------------------------------------------------------- meta
     def meta(self) -> dict[str, str]:
@@ -256,11 +368,11 @@ class Store:
         to do never loads a million hashes (~110 MB)."""
         return KnownHashes(self.db.conn, model_id)
 
-    def rows_with_hash(self, content_hash: str, model_id: str) -> list[dict]:
-        # `+model_id`: look rows up by the hash index; with one model in the index, SQLite would otherwise
-        # pick the model index and read every row (34 ms a photo at 20k photos, minutes at 1M).
-        sql = "SELECT id, path, path_bytes, embedding, width, height FROM photos WHERE hash = ? AND +model_id = ?"
-        return list(self.db.query(sql, [content_hash, model_id]))
+    def vector_for_hash(self, content_hash: str, model_id: str) -> dict | None:
+        """One stored (embedding, width, height) of this content, or None: an index lookup, however many
+        copies of the photo the index holds."""
+        sql = "SELECT embedding, width, height FROM photos WHERE hash = ? AND model_id = ? LIMIT 1"
+        return next(iter(self.db.query(sql, [content_hash, model_id])), None)
 
     def put_photo(self, path: str, size: int, mtime_ns: int, content_hash: str, width, height,
                   embedding: bytes | np.ndarray, model_id: str) -> None:
@@ -313,6 +425,11 @@ class Store:
     def remove_skipped(self, keys: list[str]) -> None:
         for key in keys:
             self.db.execute("DELETE FROM skipped WHERE path = ?", [key])
+
+    def checkpoint(self) -> None:
+        """Copy the WAL into the .db file, so the file alone is the whole index (read-only and immutable
+        readers ignore a WAL they cannot share)."""
+        self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     def close(self) -> None:
         self.db.close()

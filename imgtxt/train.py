@@ -24,6 +24,7 @@ from .losses import hinge_loss
 from .metrics import evaluate_scores
 from .model import JointConfig, JointModel, pad_batch
 from .modelfile import save_model
+from .text_encoders import TextSetup
 from .vocab import Vocabulary
 
 
@@ -50,6 +51,9 @@ class TrainConfig:
     captions_per_image: str = "one" # "one": one random caption per image per epoch (paper); "all": five
     lr_decay_epochs: int = 0        # divide lr by 10 after this many epochs of a phase (0 = never)
     seed: int = 0
+    text_lr: float = 0.0            # lr of a pretrained text encoder's trained layers (0 = the phase's lr)
+    average_best: int = 1           # at the end, average the weights of the best K epochs (kept if better)
+
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -81,6 +85,17 @@ def preset(name: str, **overrides) -> TrainConfig:
     return replace(PRESETS[name], **{k: v for k, v in overrides.items() if v is not None})
 
 
+def with_learning_rates(cfg: TrainConfig, lr: float | None = None, phase2_lr: float | None = None) -> TrainConfig:
+    """A copy of cfg with every phase at `lr` and/or the curriculum's max-loss phase at `phase2_lr` (new Phase
+    objects: the presets' own must not change)."""
+    phases = [Phase(p.loss, lr if lr is not None else p.lr) for p in cfg.phases]
+    if phase2_lr is not None:
+        if len(phases) < 2:
+            raise ValueError("--phase2-lr needs a curriculum preset (PH, POE)")
+        phases[1].lr = phase2_lr
+    return replace(cfg, phases=phases)
+
+
 @dataclass
 class TrainData:
     """Everything training needs, already featurised: features row i has captions 5i..5i+4."""
@@ -89,11 +104,53 @@ class TrainData:
     train_tokens: list[list[int]]   # 5N token id lists
     val_features: np.ndarray
     val_tokens: list[list[int]]
-    vocab: Vocabulary
+    vocab: Vocabulary | None        # the GRU's vocabulary (None when text_setup says otherwise)
     train_captions: list[str]       # raw text, shipped as the caption bank
     feature_config: dict            # model.json "features" section
     stats: FeatureStats | None = None
     extra: dict = field(default_factory=dict)
+    text_setup: TextSetup | None = None   # the text encoder's kind; None = a GRU over `vocab`
+    int8: tuple[str, ...] = ()      # tensors stored int8 (per-row scales) in the saved model
+
+    def text_config(self, cfg: "TrainConfig") -> dict:
+        if self.text_setup is not None:
+            return self.text_setup.config
+        return {"kind": "gru", "vocab_size": len(self.vocab), "word_dim": cfg.word_dim}
+
+
+class TextInputs:
+    """Caption ids -> what the text module takes. When the encoder's lower part is frozen, its output is computed
+    once here (per run, in memory) and batches start from it: a fine-tuned top layer then costs an epoch only
+    the trainable part."""
+
+    def __init__(self, model: JointModel, token_lists: list[list[int]], device, batch: int = 256):
+        self.model, self.tokens, self.device = model, token_lists, device
+        self.prefix: list[torch.Tensor] | torch.Tensor | None = None
+        if not model.text.has_frozen_prefix:
+            return
+        order = np.argsort([len(t) for t in token_lists], kind="stable")
+        parts: list = [None] * len(token_lists)
+        with torch.no_grad():
+            for s in range(0, len(order), batch):
+                rows = order[s:s + batch]
+                tokens, lengths = pad_batch([token_lists[i] for i in rows])
+                out = model.text.frozen_prefix(tokens.to(device), lengths.to(device)).cpu()
+                for j, i in enumerate(rows):
+                    parts[i] = out[j] if out.dim() == 2 else out[j, :lengths[j]]
+        self.prefix = torch.stack(parts) if parts and parts[0].dim() == 1 else parts
+
+    def encode(self, rows) -> torch.Tensor:
+        tokens = [self.tokens[i] for i in rows]
+        if self.prefix is None:
+            padded, lengths = pad_batch(tokens)
+            return self.model.text(padded.to(self.device), lengths)
+        lengths = torch.tensor([max(len(t), 1) for t in tokens])
+        if isinstance(self.prefix, torch.Tensor):
+            return self.model.text.forward_from_prefix(self.prefix[torch.as_tensor(rows)].to(self.device), lengths)
+        from torch.nn.utils.rnn import pad_sequence
+
+        padded = pad_sequence([self.prefix[i] for i in rows], batch_first=True).to(self.device)
+        return self.model.text.forward_from_prefix(padded, lengths)
 
 
 def _log(msg: str) -> None:
@@ -106,20 +163,20 @@ def _fmt_time(seconds: float) -> str:
 
 
 @torch.no_grad()
-def encode_split(model: JointModel, features: np.ndarray, tokens: list[list[int]], batch: int = 1000):
+def encode_split(model: JointModel, features: np.ndarray, tokens, batch: int = 1000):
+    """tokens: caption id lists, or a TextInputs over them."""
     model.eval()
     device = next(model.parameters()).device
+    inputs = tokens if isinstance(tokens, TextInputs) else TextInputs(model, tokens, device)
     images = torch.cat([model.image(torch.from_numpy(np.asarray(features[s:s + batch])).to(device))
                         for s in range(0, len(features), batch)])
-    captions = []
-    for s in range(0, len(tokens), batch):
-        padded, lengths = pad_batch(tokens[s:s + batch])
-        captions.append(model.text(padded.to(device), lengths))
+    n = len(inputs.tokens)
+    captions = [inputs.encode(range(s, min(s + batch, n))) for s in range(0, n, batch)]
     return images, torch.cat(captions)
 
 
 @torch.no_grad()
-def validate(model: JointModel, features: np.ndarray, tokens: list[list[int]]) -> dict:
+def validate(model: JointModel, features: np.ndarray, tokens) -> dict:
     images, captions = encode_split(model, features, tokens)
     scores = torch.cat([model.similarity(images[s:s + 100], captions) for s in range(0, len(images), 100)])
     return evaluate_scores(scores.cpu().numpy())
@@ -135,18 +192,21 @@ def _save_best(model: JointModel, data: TrainData, cfg: TrainConfig, folder: Pat
     tmp = folder.with_name(folder.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     weights = {k: v.detach().cpu().numpy() for k, v in model.export_tensors().items()}
-    config = {"joint": model.config.to_dict(), "features": data.feature_config,
+    config = {"joint": model.config.to_dict(), "text": data.text_config(cfg), "features": data.feature_config,
               "training": {**cfg.to_dict(), **data.extra}, "metrics": record}
-    save_model(tmp, weights, data.vocab, config, data.stats, data.train_captions)
+    setup = data.text_setup
+    save_model(tmp, weights, data.vocab if setup is None else None, config, data.stats, data.train_captions,
+               files=setup.files if setup else None, int8=data.int8)
     shutil.rmtree(folder, ignore_errors=True)
     os.replace(tmp, folder)
 
 
 def _load_weights(model: JointModel, folder: Path) -> None:
-    from safetensors.numpy import load_file
+    from .modelfile import LazyTensors
 
-    tensors = load_file(str(folder / "model.safetensors"))
-    model.import_tensors({k: torch.from_numpy(v.astype(np.float32)) for k, v in tensors.items()})
+    tensors = LazyTensors(folder / "model.safetensors")
+    model.import_tensors({k: torch.from_numpy(np.asarray(tensors[k], dtype=np.float32)) for k in tensors.keys()
+                          if not k.endswith(".scale")})
 
 
 def train(run_dir: Path | str, data: TrainData, cfg: TrainConfig, init_from: Path | None = None,
@@ -159,24 +219,34 @@ def train(run_dir: Path | str, data: TrainData, cfg: TrainConfig, init_from: Pat
     run_dir.mkdir(parents=True, exist_ok=True)
     state_path, best_dir, log_path = run_dir / "state.pt", run_dir / "best", run_dir / "log.jsonl"
 
-    joint = JointConfig(vocab_size=len(data.vocab), image_dim=data.train_features.shape[1], word_dim=cfg.word_dim,
-                        embed_dim=cfg.embed_dim, similarity=cfg.similarity, use_abs=cfg.use_abs,
-                        image_dropout=cfg.image_dropout)
+    text_config = data.text_config(cfg)
+    joint = JointConfig(vocab_size=len(data.vocab) if data.vocab else 0, image_dim=data.train_features.shape[1],
+                        word_dim=cfg.word_dim if text_config["kind"] == "gru" else 0, embed_dim=cfg.embed_dim,
+                        similarity=cfg.similarity, use_abs=cfg.use_abs, image_dropout=cfg.image_dropout,
+                        text=None if data.text_setup is None else text_config)
     torch.manual_seed(cfg.seed)
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     model = JointModel(joint).to(device)
+    if data.text_setup is not None and data.text_setup.init_tensors:
+        model.text.encoder.import_tensors(data.text_setup.init_tensors, pretrained_only=True)
     rng = np.random.default_rng(cfg.seed)
+    pretrained = set(data.text_setup.init_tensors) if data.text_setup else set()
+    text_named = model.text.encoder.export_tensors()
+    pretrained_ids = {id(t) for name, t in text_named.items() if name in pretrained}
 
     def make_optimizer(lr: float):
-        return torch.optim.Adam([
-            {"params": model.text.parameters(), "weight_decay": 0.0},
-            {"params": model.image.parameters(), "weight_decay": cfg.weight_decay},
-        ], lr=lr)
+        trainable = [p for p in model.text.parameters() if p.requires_grad]
+        groups = [{"params": [p for p in trainable if id(p) not in pretrained_ids], "weight_decay": 0.0},
+                  {"params": model.image.parameters(), "weight_decay": cfg.weight_decay}]
+        tuned = [p for p in trainable if id(p) in pretrained_ids]
+        if tuned:
+            groups.append({"params": tuned, "weight_decay": 0.0, "pretrained": True})
+        return torch.optim.Adam(groups, lr=lr)
 
     phase_idx, epoch, best, bad_epochs = 0, 0, {"rsum": -1.0}, 0
     optimizer = make_optimizer(cfg.phases[0].lr)
     if state_path.is_file():
-        state = torch.load(state_path, weights_only=False, map_location="cpu")
+        state = load_state(state_path)
         # The stopping budget (epochs, patience) may change between runs, so a finished run can be continued with
         # a larger --epochs; anything that changes the training itself may not.
         if _without_budget(state["config"]) != _without_budget(cfg.to_dict()) or state["joint"] != joint.to_dict():
@@ -197,6 +267,11 @@ def train(run_dir: Path | str, data: TrainData, cfg: TrainConfig, init_from: Pat
 
     n_images = len(data.train_features)
     per_image = len(data.train_tokens) // n_images
+    t_prefix = time.time()
+    train_text, val_text = TextInputs(model, data.train_tokens, device), TextInputs(model, data.val_tokens, device)
+    if train_text.prefix is not None:
+        _log(f"frozen text layers computed once for {len(data.train_tokens) + len(data.val_tokens)} captions "
+             f"in {time.time() - t_prefix:.0f}s")
     started, epochs_run = time.time(), 0
     while phase_idx < len(cfg.phases):
         phase = cfg.phases[phase_idx]
@@ -211,7 +286,7 @@ def train(run_dir: Path | str, data: TrainData, cfg: TrainConfig, init_from: Pat
 
         lr = phase.lr / 10 if cfg.lr_decay_epochs and epoch >= cfg.lr_decay_epochs else phase.lr
         for group in optimizer.param_groups:
-            group["lr"] = lr
+            group["lr"] = (cfg.text_lr * lr / phase.lr) if group.get("pretrained") and cfg.text_lr else lr
         t0 = time.time()
         model.train()
         if cfg.captions_per_image == "one":
@@ -226,9 +301,7 @@ def train(run_dir: Path | str, data: TrainData, cfg: TrainConfig, init_from: Pat
             if len(batch) < 2:
                 continue
             feats = torch.from_numpy(np.asarray(data.train_features[batch[:, 0]])).to(device)
-            tokens, lengths = pad_batch([data.train_tokens[j] for j in batch[:, 1]])
-            tokens = tokens.to(device)
-            scores = model.similarity(model.image(feats), model.text(tokens, lengths))
+            scores = model.similarity(model.image(feats), train_text.encode(batch[:, 1]))
             loss = hinge_loss(scores, cfg.margin, phase.loss)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -238,7 +311,7 @@ def train(run_dir: Path | str, data: TrainData, cfg: TrainConfig, init_from: Pat
         train_seconds = time.time() - t0
         epoch += 1
         epochs_run += 1
-        result = validate(model, data.val_features, data.val_tokens)
+        result = validate(model, data.val_features, val_text)
         record = {"phase": phase_idx + 1, "loss_kind": phase.loss, "epoch": epoch, "train_loss": total_loss,
                   "train_seconds": round(train_seconds, 2), "lr": lr, "val": result, "rsum": result["rsum"]}
         if result["rsum"] > best["rsum"]:
@@ -246,6 +319,8 @@ def train(run_dir: Path | str, data: TrainData, cfg: TrainConfig, init_from: Pat
             _save_best(model, data, cfg, best_dir, record)
         else:
             bad_epochs += 1
+        if cfg.average_best > 1:
+            _keep_snapshot(model, run_dir, phase_idx, epoch, result["rsum"], cfg.average_best)
         with open(log_path, "a") as f:
             f.write(json.dumps(record) + "\n")
         _atomic_torch_save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "phase": phase_idx,
@@ -258,7 +333,68 @@ def train(run_dir: Path | str, data: TrainData, cfg: TrainConfig, init_from: Pat
              f"val rsum {result['rsum']:6.1f} (best {best['rsum']:.1f} @ phase {best['phase']} epoch {best['epoch']})  "
              f"{per_epoch:.0f}s/epoch  ETA <= {_fmt_time(left * per_epoch)} (early stop: {cfg.patience - bad_epochs} "
              f"epochs of patience left)")
+    if cfg.average_best > 1 and not (run_dir / "averaged.json").is_file():
+        best = _average_snapshots(model, data, cfg, run_dir, best, val_text)
     _log(f"done: best val rsum {best['rsum']:.1f} (phase {best['phase']} epoch {best['epoch']}) -> {best_dir}")
+    return best
+
+
+def load_state(path: Path) -> dict:
+    """state.pt with torch's safe loader: tensors and plain types only, so a planted file cannot run code
+    (the state holds nothing else: numpy's RNG state is a dict of ints, the optimizer's a dict of tensors)."""
+    import pickle
+
+    try:
+        state = torch.load(path, weights_only=True, map_location="cpu")
+    except (pickle.UnpicklingError, RuntimeError, EOFError, OSError, ValueError) as e:
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else e.__class__.__name__
+        raise SystemExit(f"{path}: not a training state imgtxt can load safely ({reason[:200]}); "
+                         f"use a new --run-dir or delete it") from None
+    if not isinstance(state, dict) or not {"model", "optimizer", "rng", "config"} <= set(state):
+        raise SystemExit(f"{path}: not an imgtxt training state; use a new --run-dir or delete it")
+    return state
+
+
+def _trainable_state(model: JointModel) -> dict[str, torch.Tensor]:
+    return {k: v.detach().cpu().clone() for k, v in model.named_parameters() if v.requires_grad}
+
+
+def _keep_snapshot(model: JointModel, run_dir: Path, phase: int, epoch: int, rsum: float, keep: int) -> None:
+    """Keep the trainable weights of the `keep` best epochs of the last phase (run_dir/snapshots)."""
+    folder = run_dir / "snapshots"
+    folder.mkdir(exist_ok=True)
+    _atomic_torch_save({"state": _trainable_state(model), "rsum": rsum, "epoch": epoch, "phase": phase},
+                       folder / f"p{phase + 1}-e{epoch:03d}.pt")
+    snaps = sorted(folder.glob("*.pt"), key=lambda p: (p.name[:p.name.index("-")], -_snap_rsum(p)))
+    mine = [p for p in snaps if p.name.startswith(f"p{phase + 1}-")]
+    for p in [p for p in snaps if p not in mine] + mine[keep:]:
+        p.unlink()
+
+
+def _snap_rsum(path: Path) -> float:
+    return torch.load(path, weights_only=True, map_location="cpu")["rsum"]
+
+
+def _average_snapshots(model: JointModel, data: TrainData, cfg: TrainConfig, run_dir: Path, best: dict,
+                       val_text: TextInputs) -> dict:
+    """Average the kept epochs' weights (a cheap ensemble, as in stochastic weight averaging); the average
+    replaces the best model only when its val rsum is higher."""
+    snaps = [torch.load(p, weights_only=True, map_location="cpu") for p in sorted((run_dir / "snapshots").glob("*.pt"))]
+    if len(snaps) < 2:
+        return best
+    _load_weights(model, run_dir / "best")  # frozen weights are the same in every epoch
+    with torch.no_grad():
+        params = dict(model.named_parameters())
+        for name in snaps[0]["state"]:
+            params[name].copy_(torch.stack([s["state"][name] for s in snaps]).mean(0).to(params[name].device))
+    result = validate(model, data.val_features, val_text)
+    epochs = sorted(s["epoch"] for s in snaps)
+    record = {**best, "epoch": epochs[-1], "averaged_epochs": epochs, "val": result, "rsum": result["rsum"]}
+    (run_dir / "averaged.json").write_text(json.dumps(record))
+    _log(f"average of epochs {epochs}: val rsum {result['rsum']:.1f} (best single epoch {best['rsum']:.1f})")
+    if result["rsum"] > best["rsum"]:
+        _save_best(model, data, cfg, run_dir / "best", record)
+        return record
     return best
 
 
@@ -270,3 +406,29 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
+
+
+def average_saved_snapshots(run_dir: Path | str, out: Path | str) -> list[int]:
+    """Offline twin of the end-of-training average, for a run stopped early: run_dir/best with its trainable
+    weights replaced by the mean of run_dir/snapshots, written to `out` (evaluate it with `imgtxt eval`)."""
+    from .modelfile import TrainedModel, save_model
+
+    run_dir = Path(run_dir)
+    best = TrainedModel.load(run_dir / "best")
+    joint = JointConfig(**best.config["joint"])
+    model = JointModel(joint)
+    _load_weights(model, run_dir / "best")
+    snaps = [torch.load(p, weights_only=False, map_location="cpu") for p in sorted((run_dir / "snapshots").glob("*.pt"))]
+    with torch.no_grad():
+        params = dict(model.named_parameters())
+        for name in snaps[0]["state"]:
+            params[name].copy_(torch.stack([s["state"][name] for s in snaps]).mean(0))
+    epochs = sorted(s["epoch"] for s in snaps)
+    config = {k: v for k, v in best.config.items() if k not in ("format", "version", "weights_sha256")}
+    config["metrics"] = {"averaged_epochs": epochs, "note": "val rsum: see eval_val"}
+    files = {n: (run_dir / "best" / n).read_bytes() for n in ("vocab.json", "tokenizer.json")
+             if (run_dir / "best" / n).is_file()}
+    weights = {k: v.detach().numpy() for k, v in model.export_tensors().items()}
+    save_model(out, weights, None, config, best.stats, best.caption_bank(), files=files,
+               int8=tuple(config.get("training", {}).get("int8", ())))
+    return epochs

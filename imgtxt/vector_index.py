@@ -6,9 +6,11 @@ SQLite holds every vector (float16, the source of truth); this module keeps a fl
                               centroids float32 (C, D) | cell starts int64 (C + 1); rows sorted by k-means cell
   vectors-<model>-<gen>.add   rows embedded since that build, appended: (id int64, vector float32 (D)) each
 
-Which files are current and how big they are is recorded in SQLite's meta table (the `vec_*` keys). A search
-maps a file only when its size matches the record, and otherwise answers exactly from SQLite's own vectors
-(slow at a million photos, but right) until the next index run rebuilds. Every build has a new generation
+Which files are current, their sizes and digests are recorded in SQLite's meta table (the `vec_*` keys). A
+search maps a file only when its size and digest match the record (`Record.check`), and otherwise answers exactly
+from SQLite's own vectors (slow at a million photos, but right) with a one-line notice for the user, until the
+next index run rebuilds. A garbled file would not crash numpy as it crashed Annoy, but its ids and scores would
+be nonsense: hence the digest, whole for small files, sampled blocks for large ones (a few ms at any size). Every build has a new generation
 name, so a search that opened the old files keeps reading them and never sees half a file.
 
 Why float32 on disk: numpy converts float16 at ~2-5 ns an element, which alone would cost a 100k search 120 ms;
@@ -25,6 +27,7 @@ its old one.
 """
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import re
@@ -44,6 +47,12 @@ PROBE_FRACTION = 0.06    # ... or this fraction: recall@10 0.970 at 100k, 0.964 
 REBUILD_FRACTION = 0.10  # appended or dead rows beyond this fraction of the build trigger a full rebuild
 KMEANS_SAMPLE = 64       # training vectors per cell for k-means (all rows are then assigned)
 KMEANS_ITERATIONS = 10
+FULL_DIGEST_BYTES = 16 << 20   # files up to this size are hashed whole at each search (~10 ms); larger ones sampled
+SAMPLE_BLOCKS, SAMPLE_BYTES = 256, 4096
+
+
+class DamagedFile(Exception):
+    """The vector files do not match what the last index run recorded."""
 
 
 def file_stem(model_id: str, generation: str) -> str:
@@ -60,6 +69,21 @@ def add_row_dtype(dim: int) -> np.dtype:
 
 # ------------------------------------------------------------------------------------ the record in SQLite
 
+def digest(path: Path, size: int) -> str:
+    """sha256 of the file's first `size` bytes when small, else of the size and SAMPLE_BLOCKS blocks spread
+    over them (a .add file may hold an unrecorded tail past `size`: it is not read)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        if size <= FULL_DIGEST_BYTES:
+            h.update(f.read(size))
+            return h.hexdigest()
+        h.update(str(size).encode())
+        for i in range(SAMPLE_BLOCKS):
+            f.seek(i * (size - SAMPLE_BYTES) // (SAMPLE_BLOCKS - 1))
+            h.update(f.read(SAMPLE_BYTES))
+    return "sampled:" + h.hexdigest()
+
+
 @dataclass
 class Record:
     """What meta says the current files are; `valid_for` checks the files on disk against it."""
@@ -73,6 +97,8 @@ class Record:
     live: int = 0
     max_id: int = 0          # rows after it, or embedded at/after synced_at, are not in the files yet
     synced_at: str = ""
+    digest: str = ""         # of the .vec file
+    add_digest: str = ""     # of the recorded rows of the .add file
 
     @classmethod
     def from_meta(cls, meta: dict) -> "Record":
@@ -80,13 +106,14 @@ class Record:
             return cls(meta.get("vec_model", ""), meta.get("vec_file", ""), int(meta.get("vec_count", 0)),
                        int(meta.get("vec_cells", 0)), int(meta.get("vec_dim", 0)), int(meta.get("vec_bytes", 0)),
                        int(meta.get("vec_add", 0)), int(meta.get("vec_live", 0)), int(meta.get("vec_max_id", 0)),
-                       meta.get("vec_synced_at", ""))
+                       meta.get("vec_synced_at", ""), meta.get("vec_digest", ""), meta.get("vec_add_digest", ""))
         except ValueError:
             return cls()
 
     def as_meta(self) -> dict:
         return {f"vec_{k}": getattr(self, k) for k in
-                ("model", "file", "count", "cells", "dim", "bytes", "add", "live", "max_id", "synced_at")}
+                ("model", "file", "count", "cells", "dim", "bytes", "add", "live", "max_id", "synced_at",
+                 "digest", "add_digest")}
 
     def main_path(self, index_dir: Path) -> Path:
         return Path(index_dir) / f"{self.file}.vec"
@@ -94,19 +121,39 @@ class Record:
     def add_path(self, index_dir: Path) -> Path:
         return Path(index_dir) / f"{self.file}.add"
 
-    def valid_for(self, index_dir: Path, model_id: str, dim: int) -> bool:
-        """The files exist with exactly the recorded sizes (the .add file may hold an unrecorded tail)."""
-        if not self.file or self.model != model_id or self.dim != dim or self.count <= 0:
-            return False
-        if self.bytes != main_bytes(self.count, self.cells, dim):
-            return False
+    def add_bytes(self) -> int:
+        return self.add * add_row_dtype(self.dim).itemsize
+
+    def check(self, index_dir: Path, model_id: str, dim: int) -> None:
+        """Raise DamagedFile unless the files are the ones the last run wrote: recorded for this model and
+        dimension, exactly the recorded sizes (the .add file may hold an unrecorded tail), the same digests."""
+        if not self.file:
+            raise DamagedFile("the index was written by an imgtxt that did not record it" if not self.model
+                              else "no vector files were recorded")
+        if self.model != model_id or self.dim != dim:
+            raise DamagedFile(f"recorded for model {self.model} ({self.dim}-d), not {model_id} ({dim}-d)")
+        if self.count <= 0 or self.bytes != main_bytes(self.count, self.cells, dim) or not self.digest \
+                or (self.add and not self.add_digest):
+            raise DamagedFile("its record in the database is incomplete")
+        main, add = self.main_path(index_dir), self.add_path(index_dir)
         try:
-            if os.path.getsize(self.main_path(index_dir)) != self.bytes:
-                return False
-            add_size = os.path.getsize(self.add_path(index_dir)) if self.add else 0
-        except OSError:
+            size = os.path.getsize(main)
+            add_size = os.path.getsize(add) if self.add else 0
+            if size != self.bytes:
+                raise DamagedFile(f"{main.name} has {size} bytes, the index run wrote {self.bytes}")
+            if add_size < self.add_bytes():
+                raise DamagedFile(f"{add.name} has {add_size} bytes, the index run wrote {self.add_bytes()}")
+            if digest(main, size) != self.digest or (self.add and digest(add, self.add_bytes()) != self.add_digest):
+                raise DamagedFile("their content differs from what the index run wrote")
+        except OSError as e:
+            raise DamagedFile(f"cannot read them ({e.strerror or e})") from None
+
+    def valid_for(self, index_dir: Path, model_id: str, dim: int) -> bool:
+        try:
+            self.check(index_dir, model_id, dim)
+            return True
+        except DamagedFile:
             return False
-        return add_size >= self.add * add_row_dtype(dim).itemsize
 
     @property
     def dead(self) -> int:
@@ -213,14 +260,17 @@ class ExactFromRows:
         return best_ids, best_scores
 
 
-def open_vectors(index_dir: Path, meta: dict, conn, model_id: str, dim: int):
-    """The mapped files when they match the record in meta, else exact search from SQLite."""
+def open_vectors(index_dir: Path, meta: dict, conn, model_id: str, dim: int, notices: list | None = None):
+    """The mapped files when they match the record in meta, else exact search from SQLite; why not goes to
+    `notices` as one line for the user."""
     record = Record.from_meta(meta)
-    if record.valid_for(index_dir, model_id, dim):
-        try:
-            return VectorIndex(index_dir, record)
-        except (OSError, ValueError):
-            pass
+    try:
+        record.check(index_dir, model_id, dim)   # before mapping: never search a file that is not the one written
+        return VectorIndex(index_dir, record)
+    except (DamagedFile, OSError, ValueError) as e:
+        if notices is not None:
+            notices.append(f"the vector index {record.file or 'vectors-*'} is damaged or out of date ({e}); "
+                           f"answering by exact search, run `imgtxt index FOLDER` to rebuild it")
     return ExactFromRows(conn, model_id, dim)
 
 
@@ -260,14 +310,14 @@ def write_build(index_dir: Path, stem: str, chunks, model_id: str, dim: int, cou
     size = main_bytes(count, cells, dim)
     final = Path(index_dir) / f"{stem}.vec"
     tmp = Path(index_dir) / f"{stem}.vec.tmp"
-    with open(tmp, "wb") as f:
+    with _private_open(tmp) as f:
         f.truncate(size)
     ids = np.memmap(tmp, "<i8", "r+", 0, (count,))
     vectors = np.memmap(tmp, "<f4", "r+", count * 8, (count, dim))
     unsorted = vectors
     if cells:  # stream into a scratch file first: rows are placed by cell once all are assigned
         scratch = Path(index_dir) / f"{stem}.scratch"
-        with open(scratch, "wb") as f:
+        with _private_open(scratch) as f:
             f.truncate(count * (8 + dim * 4))
         unsorted_ids = np.memmap(scratch, "<i8", "r+", 0, (count,))
         unsorted = np.memmap(scratch, "<f4", "r+", count * 8, (count, dim))
@@ -300,8 +350,15 @@ def write_build(index_dir: Path, stem: str, chunks, model_id: str, dim: int, cou
     ids.flush()
     del ids, vectors
     _fsync(tmp)
+    record = Record(model_id, stem, count, cells, dim, size, 0, count, digest=digest(tmp, size))
     os.replace(tmp, final)
-    return Record(model_id, stem, count, cells, dim, size, 0, count)
+    return record
+
+
+def _private_open(path: Path, append: bool = False):
+    """Photo vectors are private like the database: new files are created 0600."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | (os.O_APPEND if append else os.O_TRUNC)
+    return os.fdopen(os.open(path, flags, 0o600), "ab" if append else "wb")
 
 
 def _fsync(path: Path) -> None:
@@ -316,7 +373,7 @@ def _append(index_dir: Path, record: Record, store, model_id: str) -> int:
     """Append the rows written since the last pass to the .add file (cut back to its recorded length first)."""
     dtype = add_row_dtype(record.dim)
     appended = 0
-    with open(record.add_path(index_dir), "ab") as f:
+    with _private_open(record.add_path(index_dir), append=True) as f:
         f.truncate(record.add * dtype.itemsize)  # an earlier run may have died after appending
         for ids, vectors in vector_chunks(store.db.conn, model_id, record.dim, (record.max_id, record.synced_at)):
             rows = np.empty(len(ids), dtype)
@@ -365,7 +422,8 @@ def sync(store, model_id: str, dim: int, similarity: str) -> Synced:
                        vectors_dirty=0)
         _remove_other_files(index_dir, keep="")
         return Synced("empty", 0)
-    if valid and not dirty:
+    removed = max(0, record.count + record.add - live) - record.add   # as `new.dead - new.add` below
+    if valid and not dirty and removed <= REBUILD_FRACTION * record.count:
         if record.live != live:  # photos were removed: only the count changes, the files do not
             record.live = live
             store.set_meta(vec_live=live)
@@ -376,6 +434,7 @@ def sync(store, model_id: str, dim: int, similarity: str) -> Synced:
         appended = _append(index_dir, record, store, model_id)
         new = Record(**{**record.__dict__, "add": record.add + appended, "live": live, "max_id": max_id,
                         "synced_at": synced_at})
+        new.add_digest = digest(new.add_path(index_dir), new.add_bytes())
         if cells_for(new.count + new.add) > 0 and new.cells == 0:
             reason = f"{new.count + new.add} photos are past exact search ({EXACT_MAX})"
         elif new.add > REBUILD_FRACTION * new.count:

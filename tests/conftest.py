@@ -24,7 +24,15 @@ def facts():
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory, facts) -> Path:
-    return build_tiny_model(tmp_path_factory.mktemp("models") / "tiny", facts)
+    folder = build_tiny_model(tmp_path_factory.mktemp("models") / "tiny", facts)
+    try:  # the CNN graph `imgtxt index` runs without torch; exported once per session
+        from imgtxt.cnn_export import export_for_model
+        from imgtxt.modelfile import TrainedModel
+
+        export_for_model(TrainedModel.load(folder))
+    except ImportError:
+        pass  # no onnx/onnxruntime: the tests run the torch path
+    return folder
 
 
 @pytest.fixture(scope="session")

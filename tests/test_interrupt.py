@@ -41,6 +41,8 @@ def test_search_during_a_run_then_kill_9_then_rerun(library, tmp_path):
         while count_photos(db) < 6 + 4 and run.poll() is None and time.time() < deadline:
             time.sleep(0.05)                                             # until the first batch is committed
         assert run.poll() is None, "the index run ended before it could be observed"
+        # Freeze it mid-run: without torch the run can finish faster than a cold search starts.
+        os.kill(run.pid, signal.SIGSTOP)
 
         # Search while the run is in progress: answers from the last complete index (search files not yet updated).
         search = library.subprocess("search", "a dog on the beach", "-n", "50", "--json")

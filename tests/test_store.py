@@ -71,7 +71,7 @@ def test_updates_keep_the_photo_id_and_moves_keep_the_vector(tmp_path):
     store.move_photo(first_id, "/q/b.jpg", 2, 3)
     rows = store.photo_rows()
     assert list(rows) == ["/q/b.jpg"] and rows["/q/b.jpg"]["id"] == first_id
-    assert store.rows_with_hash("h2", "m")[0]["embedding"] == vec(1)
+    assert store.vector_for_hash("h2", "m")["embedding"] == vec(1)
 
 
 def test_ids_are_never_reused(tmp_path):

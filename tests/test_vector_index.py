@@ -131,6 +131,52 @@ def test_files_that_do_not_match_the_record_are_never_mapped(tmp_path, damage):
     assert isinstance(search(tmp_path, query, 10)[0], vector_index.VectorIndex)
 
 
+@pytest.mark.parametrize("damage", ["garble-vec", "garble-add"])
+def test_garbled_files_of_the_right_size_are_caught_by_their_digest_with_a_notice(tmp_path, damage):
+    store = Store(tmp_path)
+    add(store, clustered(200, 0))
+    vector_index.sync(store, "m", DIM, "cosine")
+    add(store, clustered(5, 1), start=200)
+    assert vector_index.sync(store, "m", DIM, "cosine").action == "appended"
+    (path,) = tmp_path.glob("vectors-*.vec" if damage == "garble-vec" else "vectors-*.add")
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF                                         # one byte: same size, other content
+    path.write_bytes(bytes(data))
+    conn = open_readonly(tmp_path)
+    notices: list[str] = []
+    vectors = vector_index.open_vectors(tmp_path, read_meta(conn), conn, "m", DIM, notices)
+    assert isinstance(vectors, vector_index.ExactFromRows)
+    assert len(notices) == 1 and "damaged" in notices[0] and "imgtxt index" in notices[0]
+    query = clustered(1, 5)[0]
+    assert same(search(tmp_path, query, 10)[1], exact(tmp_path, query, 10))
+    assert vector_index.sync(store, "m", DIM, "cosine").action == "rebuilt"
+
+
+def test_an_index_of_the_annoy_versions_is_searched_exactly_then_rebuilt(tmp_path):
+    """A schema-v2 index written with Annoy (float32 blobs, an .ann file, its facts in meta): searched exactly
+    from SQLite with a notice until the next run, which writes the new files and removes the .ann file."""
+    store = Store(tmp_path)
+    vectors = clustered(50, 0)
+    with store.db.atomic():
+        for i, v in enumerate(vectors):
+            store.put_photo(f"/p/{i:06}.jpg", 1, 1, f"h{i}", 1, 1, v.tobytes(), "m")   # float32, as then
+    store.set_meta(vectors_size=1234, vectors_items=50, vectors_digest="x", model_id="m", photos=50)
+    for key in ("vectors_dirty",):
+        store.db.execute("DELETE FROM meta WHERE key = ?", [key])
+    (tmp_path / "vectors-m.ann").write_bytes(b"\0" * 1234)
+    conn = open_readonly(tmp_path)
+    notices: list[str] = []
+    found = vector_index.open_vectors(tmp_path, read_meta(conn), conn, "m", DIM, notices)
+    assert isinstance(found, vector_index.ExactFromRows) and len(notices) == 1
+    query = clustered(1, 5)[0]
+    assert same(search(tmp_path, query, 10)[1], exact(tmp_path, query, 10))
+    synced = vector_index.sync(store, "m", DIM, "cosine")
+    assert synced.action == "rebuilt" and synced.reason == "there was none"
+    assert {p.suffix for p in tmp_path.glob("vectors-*")} == {".vec"}
+    assert isinstance(search(tmp_path, query, 10)[0], vector_index.VectorIndex)
+    assert same(search(tmp_path, query, 10)[1], exact(tmp_path, query, 10))
+
+
 def test_a_run_killed_after_appending_leaves_a_tail_that_is_ignored_then_cut(tmp_path):
     store = Store(tmp_path)
     add(store, clustered(200, 0))

@@ -1,0 +1,47 @@
+"""`imgtxt index --ray`: embedding sharded over Ray actors gives the single-process vectors, in one store."""
+import sqlite3
+
+import numpy as np
+import pytest
+
+from conftest import write_photo
+
+ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'imgtxt[ray]'; the test extra has it)")
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)  # two 1-CPU workers on this machine
+    yield
+    ray.shutdown()
+
+
+def _vectors(index_dir) -> dict:
+    with sqlite3.connect(index_dir / "index.db") as db:
+        return {path: (np.frombuffer(blob, np.float16).astype(np.float32), w, h)
+                for path, blob, w, h in db.execute("SELECT path, embedding, width, height FROM photos")}
+
+
+def test_ray_vectors_equal_single_process(tmp_path, tiny_model, local_ray):
+    from imgtxt.indexer import run_index
+
+    photos = tmp_path / "photos"
+    for i in range(5):
+        write_photo(photos / f"p{i}.jpg", seed=i, size=(320 + 16 * i, 240))
+    (photos / "broken.jpg").write_bytes(b"\xff\xd8\xff not really a jpeg")
+    local = run_index(tmp_path / "local", [str(photos)], tiny_model, batch_size=2, log=lambda m: None)
+    sharded = run_index(tmp_path / "ray", [str(photos)], tiny_model, batch_size=2, log=lambda m: None,
+                        ray_address="local")
+    assert sharded.as_dict() == local.as_dict()
+    assert sharded.embedded == 5 and len(sharded.skipped) == 1
+    a, b = _vectors(tmp_path / "local"), _vectors(tmp_path / "ray")
+    assert a.keys() == b.keys() and len(a) == 5
+    for path in a:
+        # the same numbers up to float32 rounding (other processes sum in another order: ~1e-8 apart)
+        np.testing.assert_allclose(a[path][0], b[path][0], rtol=0, atol=1e-6)
+        assert a[path][1:] == b[path][1:]          # true width and height
+    # incremental: a rerun on Ray embeds nothing; a new photo is the only one embedded
+    write_photo(photos / "p9.jpg", seed=9)
+    again = run_index(tmp_path / "ray", [str(photos)], tiny_model, batch_size=2, log=lambda m: None,
+                      ray_address="local")
+    assert (again.embedded, again.added, again.unchanged) == (1, 1, 5)
