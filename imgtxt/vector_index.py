@@ -10,7 +10,7 @@ Which files are current, their sizes and digests are recorded in SQLite's meta t
 search maps a file only when its size and digest match the record (`Record.check`), and otherwise answers exactly
 from SQLite's own vectors (slow at a million photos, but right) with a one-line notice for the user, until the
 next index run rebuilds. A garbled file would not crash numpy as it crashed Annoy, but its ids and scores would
-be nonsense: hence the digest, whole for small files, sampled blocks for large ones (a few ms at any size). Every build has a new generation
+be nonsense: hence the digest, whole up to 16 MB, 256 sampled blocks above. Every build has a new generation
 name, so a search that opened the old files keeps reading them and never sees half a file.
 
 Why float32 on disk: numpy converts float16 at ~2-5 ns an element, which alone would cost a 100k search 120 ms;
