@@ -3,7 +3,7 @@
     .venv/bin/python bench/flickr_search.py --data-dir ../shared/data/flickr8k [--split val] [--model imgtxt/weights/default]
 
 Links the split's images into a temporary folder, runs the real `imgtxt index` code on it, then searches with
-every caption through the same path as `imgtxt search` (text encoder, Annoy, SQLite) and prints the fraction
+every caption through the same path as `imgtxt search` (text encoder, vector search, SQLite) and prints the fraction
 of captions whose own image is in the top 1 / 5 / 10. Nothing is written outside the temporary folder.
 """
 from __future__ import annotations

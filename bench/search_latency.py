@@ -1,4 +1,4 @@
-"""Cold-process `imgtxt search` latency at 1k and 100k indexed vectors, and the Annoy build time at 100k.
+"""Cold-process `imgtxt search` latency at 1k and 100k indexed vectors, and the vector index build time.
 
     .venv/bin/python bench/search_latency.py [--runs 20] [--sizes 1000,100000] [--model imgtxt/weights/default]
     .venv/bin/python bench/search_latency.py --sizes 1000 --before dae7875 --before-model OLD_MODEL_DIR
@@ -6,10 +6,12 @@
 With --before, the same searches also run with the code of git revision REV (extracted with `git archive`
 into a temporary folder and imported instead of this checkout) on its own model, interleaved run by run with this
 checkout's, and every median is printed as a ratio to a cold `python -c 'import numpy'` timed in the same loop.
+The index is written by this checkout (float16 vectors, .vec files): REV must read the same index format
+(revisions with Annoy files do not).
 
 The vectors are synthetic (random unit vectors in the model's joint space) written straight into an index
-with the library's own Store and Annoy builder, so only the query path is measured: process start, imports,
-model load, text encoding, Annoy lookup, SQLite path lookup, printing.
+with the library's own Store and vector index builder, so only the query path is measured: process start, imports,
+model load, text encoding, vector search, SQLite path lookup, printing.
 """
 from __future__ import annotations
 
@@ -29,9 +31,9 @@ from index_speed import REPO, pick_model  # noqa: E402
 
 
 def fake_index(index_dir: Path, model, n: int) -> float:
-    """Write n synthetic photos into an index; returns the Annoy build time in seconds."""
+    """Write n synthetic photos into an index; returns the vector index build time in seconds."""
     from imgtxt import vector_index
-    from imgtxt.store import Store, now_iso
+    from imgtxt.store import Store, encode_vector, now_iso
 
     dim = model.config["joint"]["embed_dim"]
     store = Store(index_dir)
@@ -42,10 +44,10 @@ def fake_index(index_dir: Path, model, n: int) -> float:
             vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
             store.db["photos"].insert_all(
                 ({"path": f"/photos/{start + i:07}.jpg", "size": 1, "mtime_ns": 1, "hash": f"{start + i:x}",
-                  "width": 4000, "height": 3000, "embedding": v.tobytes(), "model_id": model.model_id,
+                  "width": 4000, "height": 3000, "embedding": encode_vector(v), "model_id": model.model_id,
                   "indexed_at": now_iso()} for i, v in enumerate(vectors)), batch_size=1000)
     t = time.perf_counter()
-    count = vector_index.build(index_dir, model.model_id, dim, model.similarity_kind, store.iter_vectors(model.model_id))
+    count = vector_index.sync(store, model.model_id, dim, model.similarity_kind).live
     build = time.perf_counter() - t
     store.set_meta(model_id=model.model_id, model_folder=str(Path(model.folder).resolve()),
                    similarity=model.similarity_kind, embed_dim=dim, last_run=now_iso(), photos=count)
@@ -120,7 +122,7 @@ def main() -> None:
                 t = times[name]
                 print(f"{n:>7} vectors: cold `imgtxt search` ({name}) median {statistics.median(t):.3f} s = "
                       f"{statistics.median(t) / base:.2f}x import numpy (min {min(t):.3f}, max {max(t):.3f}, "
-                      f"{args.runs} runs); Annoy build {build:.2f} s")
+                      f"{args.runs} runs); vector index build {build:.2f} s")
         print("  command: imgtxt search", repr(args.query), "--index DIR")
         print(f"machine: {os.cpu_count()} CPU cores; load average {os.getloadavg()[0]:.1f}")
 

@@ -1,11 +1,12 @@
-"""One incremental `imgtxt index` run: scan, compare with the database, embed what is new, rebuild Annoy.
+"""One incremental `imgtxt index` run: scan, compare with the database, embed what is new, update the search files.
 
 - unchanged (same size and mtime, same model): not opened at all;
 - new or changed: hashed; a hash already in the index (a moved, renamed or copied photo) reuses the stored
   vector, otherwise the photo is decoded (in worker threads, ahead of the CNN) and embedded in batches;
 - gone from disk: removed. A photo whose old path is gone and whose content reappears elsewhere is a move.
 Every batch is one SQLite transaction, so `kill -9` loses at most the batch in flight; the rerun sees the
-committed photos as unchanged. Annoy is rebuilt from SQLite only at the end of a complete run.
+committed photos as unchanged. The vector search files follow SQLite at the end of a complete run, writing
+only what changed (vector_index.sync).
 
 A run only ever touches rows under its own roots: photos of other folders (an unplugged drive) are never
 opened nor removed, and a root that is missing or empty although it held photos keeps them unless
@@ -28,7 +29,8 @@ from .images import ImageError, NotRegularFile, in_order, load_rgb, open_regular
 from .index_folder import IndexLock, open_rebuild_store, swap_in_rebuild
 from .output import printable
 from .scan import Found, Problem, scan
-from .store import Store, StoreError, classify, is_under, make_private_dir, now_iso, path_key, write_error
+from .store import (Store, StoreError, classify, encode_vector, is_under, make_private_dir, now_iso, path_key,
+                    write_error)
 
 
 @dataclass
@@ -44,6 +46,7 @@ class Summary:
     indexed: int = 0                                               # photos searchable after the run
     model_note: str = ""
     kept_offline: dict[str, int] = field(default_factory=dict)     # root -> photos kept although it is missing/empty
+    vector_index: str = ""                                         # what the run did to the search files
 
     def reason_counts(self) -> Counter:
         return Counter(reason.split(" (")[0] for reason in self.skipped.values())
@@ -52,7 +55,7 @@ class Summary:
         return {"added": self.added, "updated": self.updated, "moved": self.moved, "removed": self.removed,
                 "unchanged": self.unchanged, "skipped": len(self.skipped), "embedded": self.embedded,
                 "indexed": self.indexed, "skipped_reasons": dict(self.reason_counts()),
-                "kept_offline": dict(self.kept_offline)}
+                "kept_offline": dict(self.kept_offline), "vector_index": self.vector_index}
 
     def line(self) -> str:
         text = (f"{self.added} added, {self.updated} updated, {self.moved} moved, {self.removed} removed, "
@@ -215,9 +218,10 @@ class IndexRun:
         return found, problems
 
     # ------------------------------------------------------------------ 2. compare with the database, opening nothing
-    def offline_roots(self, found: dict[str, Found], problems: list[Problem], rows: dict) -> list[str]:
+    def offline_roots(self, found: dict[str, Found | None], problems: list[Problem], rows: dict) -> list[str]:
         """Roots that are missing or show nothing although the index holds photos under them: an unmounted
-        drive or an empty mount point. Their photos are kept (counted in the summary) unless --prune."""
+        drive or an empty mount point. Their photos are kept (counted in the summary) unless --prune.
+        `rows` may leave out the rows that matched the disk: a root that shows nothing has none of those."""
         offline = []
         for root, key in zip(self.roots, self.root_keys):
             held = sum(1 for k in rows if is_under(k, [key]))
@@ -235,8 +239,19 @@ class IndexRun:
                                 f"{held} photos; pass --prune to remove them")
         return offline
 
-    def compare(self, found: dict[str, Found], problems: list[Problem]) -> tuple[list[Work], set[str]]:
-        rows, skipped = self.store.photo_rows(), self.store.skipped_rows()
+    def compare(self, found: dict[str, Found | None], problems: list[Problem]) -> tuple[list[Work], set[str]]:
+        # Streamed: a row that matches the disk (nearly every row of a rerun) is counted and dropped, and its
+        # scan entry freed (set to None), so a million-photo rerun never holds both sides in memory.
+        rows: dict = {}
+        for row in self.store.iter_photo_rows():
+            entry = found.get(row.path)
+            if entry is not None and (entry.size, entry.mtime_ns, self.model_id) == \
+                    (row.size, row.mtime_ns, row.model_id):
+                self.summary.unchanged += 1
+                found[row.path] = None
+            else:
+                rows[row.path] = row
+        skipped = self.store.skipped_rows()
         self.rows, self.old_skips = rows, skipped
         offline = self.offline_roots(found, problems, rows)
         if not found and not any(is_under(k, self.root_keys) for k in rows):
@@ -257,11 +272,9 @@ class IndexRun:
 
         work: list[Work] = []
         for key, entry in found.items():
+            if entry is None:
+                continue  # unchanged, counted above
             row = rows.get(key)
-            same = (entry.size, entry.mtime_ns, self.model_id)
-            if row is not None and (row["size"], row["mtime_ns"], row["model_id"]) == same:
-                self.summary.unchanged += 1
-                continue
             old_skip = skipped.get(key)
             if row is None and old_skip and (old_skip["size"], old_skip["mtime_ns"]) == (entry.size, entry.mtime_ns):
                 self.summary.skipped[key] = old_skip["reason"]  # known bad and unchanged: not retried
@@ -355,7 +368,7 @@ class IndexRun:
                 vectors = self.model.embed_images(squares).astype(np.float32)
                 for (w, (_, width, height)), vector in zip(batch, vectors):
                     self.count_added_or_updated(w)
-                    self.writes.append(lambda w=w, wd=width, ht=height, v=vector.tobytes(): self.store.put_photo(
+                    self.writes.append(lambda w=w, wd=width, ht=height, v=encode_vector(vector): self.store.put_photo(
                         w.path, w.size, w.mtime_ns, w.hash, wd, ht, v, self.model_id))
                 self.summary.embedded += len(batch)
             done = len(self.writes)
@@ -376,7 +389,7 @@ class IndexRun:
         if bar is not None:
             bar.close()
 
-    # ------------------------------------------------------------------ 5. removals, folder problems, Annoy
+    # ------------------------------------------------------------------ 5. removals, folder problems, vectors
     def finish(self, found: dict[str, Found], problems: list[Problem], vanished: set[str]) -> None:
         store, summary = self.store, self.summary
         with store.db.atomic():
@@ -392,12 +405,12 @@ class IndexRun:
                 store.put_skipped(problem.path, problem.reason)
         dim = self.model.config["joint"]["embed_dim"]
         try:
-            summary.indexed = vector_index.build(store.index_dir, self.model_id, dim, self.model.similarity_kind,
-                                                 store.iter_vectors(self.model_id))
-            facts = vector_index.file_facts(vector_index.index_path(store.index_dir, self.model_id), dim,
-                                            self.model.similarity_kind)
-        except OSError as e:  # disk full while saving Annoy: the database is complete, the old file stays
+            synced = vector_index.sync(store, self.model_id, dim, self.model.similarity_kind)
+        except OSError as e:  # disk full while writing the vector files: the database is complete, the old files stay
             raise write_error(store.index_dir, e) from None
+        summary.indexed, summary.vector_index = synced.live, synced.line()
+        if synced.seconds >= 1.0:  # a rebuild of many photos: say why it took a while
+            self.log(f"imgtxt: {synced.line()}")
         store.set_meta(model_id=self.model_id, model_folder=str(Path(self.model.folder).resolve()),
                        similarity=self.model.similarity_kind, embed_dim=dim, last_run=now_iso(),
-                       photos=summary.indexed, **facts)
+                       photos=summary.indexed)

@@ -177,7 +177,7 @@ class Library:
         return summary
 
     def _keep_committed(self, model: TrainedModel, roots: list[str]) -> int:
-        """After Ctrl-C: make the committed photos searchable (Annoy + meta), as a finished run would."""
+        """After Ctrl-C: make the committed photos searchable (vector files + meta), as a finished run would."""
         from . import vector_index
         from .indexer import IndexLock
         from .store import Store, now_iso
@@ -188,8 +188,7 @@ class Library:
                 saved = store.count_photos(model.model_id)
                 if store.meta().get("model_id") in (None, model.model_id):  # never hide another model's index
                     dim = model.config["joint"]["embed_dim"]
-                    count = vector_index.build(self.index_dir, model.model_id, dim, model.similarity_kind,
-                                               store.iter_vectors(model.model_id))
+                    count = vector_index.sync(store, model.model_id, dim, model.similarity_kind).live
                     store.set_meta(model_id=model.model_id, model_folder=str(Path(model.folder).resolve()),
                                    similarity=model.similarity_kind, embed_dim=dim, last_run=now_iso(),
                                    photos=count)
@@ -241,8 +240,8 @@ class Library:
                     store.remove_photos(photos)
                     store.remove_skipped(skipped)
                 if meta.get("model_id"):
-                    count = vector_index.build(self.index_dir, meta["model_id"], int(meta["embed_dim"]),
-                                               meta["similarity"], store.iter_vectors(meta["model_id"]))
+                    # Removed photos stay in the vector files as dead ids (SQLite drops them) until too many do.
+                    count = vector_index.sync(store, meta["model_id"], int(meta["embed_dim"]), meta["similarity"]).live
                     store.set_meta(photos=count)
                 self._write_folders(store, remove=key)
             finally:

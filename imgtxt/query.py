@@ -1,7 +1,7 @@
 """Answering queries against an index: text -> photos, photo -> captions, photo -> photos, status.
 
 Nothing here imports torch: text is encoded by the model's numpy text encoder, indexed photos use their stored
-vectors, and Annoy is memory-mapped. Only a photo that is not in the index needs the CNN, and the
+vectors, and the vector search files are memory-mapped. Only a photo that is not in the index needs the CNN, and the
 caller passes a `embed_photo` function for that case.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ import numpy as np
 
 from . import vector_index
 from .errors import ImgtxtError
-from .store import StoreError, open_readonly, path_key, read_meta, real_path
+from .store import StoreError, decode_vectors, open_readonly, path_key, read_meta, real_path
 
 MAX_QUERY_CHARS = 1000   # a caption is a sentence; a 100,000-character "query" took minutes and 400 MB
 
@@ -36,7 +36,7 @@ class Hit:
 
 
 class Index:
-    """A read-only view of an index folder: the SQLite rows and the Annoy file of its model."""
+    """A read-only view of an index folder: the SQLite rows and the vector search files of its model."""
 
     def __init__(self, index_dir: Path):
         self.dir = Path(index_dir)
@@ -60,36 +60,34 @@ class Index:
             return self.conn.execute(f"SELECT count(*) FROM {table} WHERE model_id = ?", [model_id]).fetchone()[0]
         return self.conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
 
-    def vectors(self, model) -> vector_index.VectorIndex:
+    def vectors(self, model):
         if self.model_id is None:
             raise StoreError(f"the index at {self.dir} has no completed run yet: run `imgtxt index FOLDER`")
         if self.model_id != model.model_id:
             raise StoreError(f"the index at {self.dir} was built with model {self.model_id}, not {model.model_id}: "
                              f"run `imgtxt index` with this model to re-embed, or pass the index's --model")
-        path = vector_index.index_path(self.dir, model.model_id)
-        if self.meta.get("photos", "1") == "0" or (not path.is_file() and "vectors_size" not in self.meta):
-            raise StoreError(f"the index at {self.dir} is empty: run `imgtxt index FOLDER` with some photos")
-        dim = model.config["joint"]["embed_dim"]
-        try:
-            # Checked before Annoy maps the file: Annoy trusts it, and a garbled one crashes the process.
-            vector_index.check_file(path, self.meta)
-            return vector_index.VectorIndex(path, dim, model.similarity_kind, int(self.meta["vectors_items"]))
-        except vector_index.DamagedFile as e:
-            self.notices.append(f"the vector index {path.name} is damaged or out of date ({e}); answering by exact "
-                                f"search, run `imgtxt index FOLDER` to rebuild it")
-        rows = self.conn.execute("SELECT id, embedding FROM photos WHERE model_id = ? ORDER BY id", [model.model_id])
-        return vector_index.ExactIndex(rows, model.similarity_kind)
+        empty = StoreError(f"the index at {self.dir} is empty: run `imgtxt index FOLDER` with some photos")
+        if self.meta.get("photos", "1") == "0":
+            raise empty
+        # Checked against the record in SQLite before anything is mapped; if they differ, exact search from
+        # SQLite and a one-line notice.
+        vectors = vector_index.open_vectors(self.dir, self.meta, self.conn, model.model_id,
+                                            model.config["joint"]["embed_dim"], self.notices)
+        if len(vectors) == 0:
+            raise empty
+        return vectors
 
-    def paths(self, ids: list[int]) -> dict[int, tuple[str, str]]:
-        """id -> (key, path to open), in chunks (SQLite limits the variables of one statement)."""
+    def paths(self, ids: list[int], chunk: int = 10_000) -> dict[int, tuple[str, str]]:
+        """id -> (key, path to open) of the ids still in the index (removed photos are left out), in chunks
+        (SQLite limits the variables of one statement)."""
         out = {}
-        for start in range(0, len(ids), 500):
-            chunk = ids[start:start + 500]
-            sql = f"SELECT id, path, path_bytes FROM photos WHERE id IN ({','.join('?' * len(chunk))})"
-            out.update({i: (key, real_path(key, raw)) for i, key, raw in self.conn.execute(sql, chunk)})
+        for start in range(0, len(ids), chunk):
+            part = ids[start:start + chunk]
+            sql = f"SELECT id, path, path_bytes FROM photos WHERE id IN ({','.join('?' * len(part))})"
+            out.update({i: (key, real_path(key, raw)) for i, key, raw in self.conn.execute(sql, part)})
         return out
 
-    def stored_vector(self, path: str, model_id: str) -> np.ndarray | None:
+    def stored_vector(self, path: str, model_id: str, dim: int) -> np.ndarray | None:
         """The indexed vector of a photo, if the file is unchanged since it was embedded by this model."""
         row = self.conn.execute("SELECT size, mtime_ns, embedding, model_id FROM photos WHERE path = ?",
                                 [path_key(path)]).fetchone()
@@ -98,7 +96,7 @@ class Index:
         st = os.stat(path)
         if (st.st_size, st.st_mtime_ns) != (row[0], row[1]):
             return None
-        return np.frombuffer(row[2], dtype=np.float32)
+        return decode_vectors([row[2]], dim)[0]
 
     def skipped(self) -> list[tuple[str, str]]:
         return self.conn.execute("SELECT path, reason FROM skipped ORDER BY path").fetchall()
@@ -121,21 +119,25 @@ def check_query(model, text: str) -> None:
         raise QueryError(reason)
 
 
-def rank(index: Index, model, vectors: vector_index.VectorIndex, query: np.ndarray, n: int, score_fn,
+def rank(index: Index, model, vectors, query: np.ndarray, n: int, score_fn,
          min_score: float | None = None, exclude: str | None = None) -> list[Hit]:
     if min_score is not None and math.isnan(min_score):
         raise QueryError("--min-score must be a number, not nan")
-    ids, candidates = vectors.candidates(query, n + (1 if exclude else 0))
+    # Removed photos may still be in the search files (`dead`): ask for that many more, and map ids to the
+    # current paths, which leaves them out. The work is proportional to n (never more than the library holds),
+    # not to the library.
+    want = min(n + (1 if exclude else 0), len(vectors)) + vectors.dead
+    ids, scores = vectors.search(query, want, score_fn)
+    ids = ids.tolist()
     if not ids:
         return []
-    scores = score_fn(candidates)
-    # An index run may have removed or moved a photo since Annoy was built: ids map to current paths.
     paths = index.paths(ids)
-    order = np.argsort(-scores, kind="stable")
     hits = []
-    for i in order:
+    for i in range(len(ids)):
         key, path = paths.get(ids[i], (None, None))
-        if key is None or key == exclude or (min_score is not None and scores[i] < min_score):
+        if min_score is not None and scores[i] < min_score:
+            break  # best first: the rest score lower
+        if key is None or key == exclude:
             continue
         hits.append(Hit(len(hits) + 1, float(scores[i]), key, path))
         if len(hits) == n:
@@ -149,7 +151,9 @@ def search(index: Index, model, text: str, n: int = 10, min_score: float | None 
         raise QueryError("--min-score must be a number, not nan")
     vectors = index.vectors(model)
     query = model.encode_text([text])
-    return rank(index, model, vectors, query[0], n, lambda images: model.scores(images, query)[:, 0], min_score)
+    score = (vector_index.dot_scorer(query[0]) if model.similarity_kind == "cosine"
+             else lambda images: model.scores(np.asarray(images), query)[:, 0])
+    return rank(index, model, vectors, query[0], n, score, min_score)
 
 
 # ------------------------------------------------------------------------------------- photo -> ...
@@ -166,7 +170,7 @@ def check_photo(path: str) -> str:
 def photo_vector(path: str, model, index: Index | None, embed_photo) -> np.ndarray:
     """The stored vector when the photo is indexed and unchanged, else the CNN's (`embed_photo(path)`)."""
     if index is not None and index.model_id == model.model_id:
-        stored = index.stored_vector(path, model.model_id)
+        stored = index.stored_vector(path, model.model_id, model.config["joint"]["embed_dim"])
         if stored is not None:
             return stored
     return embed_photo(path)
@@ -175,7 +179,7 @@ def photo_vector(path: str, model, index: Index | None, embed_photo) -> np.ndarr
 def similar(index: Index, model, vector: np.ndarray, n: int = 10, exclude: str | None = None) -> list[Hit]:
     vectors = index.vectors(model)
     # Photo to photo: cosine between image vectors (an order score compares a caption to a photo).
-    return rank(index, model, vectors, vector, n, lambda images: images @ vector,
+    return rank(index, model, vectors, vector, n, vector_index.dot_scorer(vector),
                 exclude=path_key(exclude) if exclude else None)
 
 

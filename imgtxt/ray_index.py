@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .store import encode_vector
+
 LOCAL = "local"   # --ray local: start a Ray instance on this machine (tests, trying it out)
 
 
@@ -63,7 +65,7 @@ class EmbedWorker:
         if decoded:
             vectors = self.embedder.embed(np.stack([square for _, (square, _, _) in decoded])).astype(np.float32)
             for (i, (_, width, height)), vector in zip(decoded, vectors):
-                results[i] = (vector.tobytes(), width, height)
+                results[i] = (encode_vector(vector), width, height)   # float16, as a local run stores it
         return results
 
 

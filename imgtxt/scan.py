@@ -22,7 +22,7 @@ from .images import HEIF_SUFFIXES, PHOTO_SUFFIXES, heif_available
 SKIP_DIR_NAMES = {"@eaDir", ".git", "node_modules", "System Volume Information", "$RECYCLE.BIN", "__MACOSX"}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: a million-photo scan holds a million of these
 class Found:
     path: str
     size: int
@@ -119,8 +119,7 @@ def scan(roots: Iterable[str], excludes: Iterable[str] = (),
                 name = entry.name
                 if is_hidden(name):
                     continue
-                relative = os.path.relpath(entry.path, root).replace(os.sep, "/")
-                if excludes and _excluded(name, relative, excludes):
+                if excludes and _excluded(name, os.path.relpath(entry.path, root).replace(os.sep, "/"), excludes):
                     continue
                 try:
                     st = entry.stat()  # follows links

@@ -1,7 +1,7 @@
 """The photo index on disk: an SQLite database (the source of truth) in an index folder.
 
   <index dir>/index.db           photos (one row per photo, with its embedding), skipped files, meta
-  <index dir>/vectors-<model>.ann  the Annoy index built from it (see vector_index.py)
+  <index dir>/vectors-<model>-*     the search files kept in step with it (see vector_index.py)
   <index dir>/index.lock         held by a running `imgtxt index`
 
 The index folder is, in order: `--index DIR`, $IMGTXT_INDEX_DIR, $XDG_DATA_HOME/imgtxt, ~/.local/share/imgtxt.
@@ -19,6 +19,9 @@ import os
 import sqlite3
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Iterator
+
+import numpy as np
 
 from . import paths
 from .errors import ImgtxtError
@@ -82,6 +85,12 @@ def now_iso() -> str:
     return datetime.now(timezone.utc).replace(microsecond=0).isoformat()
 
 
+def now_precise() -> str:
+    """indexed_at: to the microsecond, so that vector_index.sync can tell rows written after its last pass
+    ("...:05.000001+00:00" sorts after "...:05+00:00", which older versions wrote)."""
+    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
+
+
 # ------------------------------------------------------------------------------- paths as keys
 
 def path_key(path: str) -> str:
@@ -110,13 +119,51 @@ def is_under(key: str, roots: list[str]) -> bool:
     return any(key == r or key.startswith(r.rstrip(os.sep) + os.sep) for r in roots)
 
 
+# ------------------------------------------------------------------------------- vectors
+
+# Vectors are stored as float16: half the database of float32 (a 1 KB blob per photo in a 512-d space) with
+# the same val recall for the shipped model (rsum 266.54 both; 99.99% of top-10s unchanged, bench/vector_storage.py).
+# Rows written as float32 by earlier versions are still read: the blob's length says which.
+VECTOR_DTYPE = np.float16
+
+
+def encode_vector(vector: np.ndarray) -> bytes:
+    return np.asarray(vector, dtype=VECTOR_DTYPE).tobytes()
+
+
+def decode_vectors(blobs: list[bytes], dim: int) -> np.ndarray:
+    """Stored blobs -> (M, D) float32."""
+    if all(len(b) == 2 * dim for b in blobs):
+        return np.frombuffer(b"".join(blobs), np.float16).reshape(len(blobs), dim).astype(np.float32)
+    out = np.empty((len(blobs), dim), np.float32)
+    for i, blob in enumerate(blobs):
+        if len(blob) not in (2 * dim, 4 * dim):
+            raise StoreError(f"a stored vector has {len(blob)} bytes, not a {dim}-d vector: the index is damaged")
+        out[i] = np.frombuffer(blob, np.float16 if len(blob) == 2 * dim else np.float32)
+    return out
+
+
+def vector_chunks(conn: sqlite3.Connection, model_id: str, dim: int, since: tuple[int, str] | None = None,
+                  chunk: int = 8192):
+    """(ids int64, vectors float32 (M, D)) of the photos embedded by `model_id`, streamed in id order.
+    `since` (max id, time): only rows added after that id or (re-)embedded at or after that time."""
+    sql = "SELECT id, embedding FROM photos WHERE model_id = ?"
+    params: list = [model_id]
+    if since is not None:
+        sql += " AND (id > ? OR indexed_at >= ?)"
+        params += list(since)
+    cursor = conn.execute(sql + " ORDER BY id", params)
+    while rows := cursor.fetchmany(chunk):
+        yield np.array([r[0] for r in rows], np.int64), decode_vectors([r[1] for r in rows], dim)
+
+
 # ------------------------------------------------------------------------------- schema
 
 # Each migration takes the database from version i to i + 1; never edit one that has shipped.
 MIGRATIONS = [
     """
     CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT);
-    -- AUTOINCREMENT: ids are never reused, so an Annoy file built earlier can never map to another photo.
+    -- AUTOINCREMENT: ids are never reused, so a vector file built earlier can never map to another photo.
     CREATE TABLE photos (
         id INTEGER PRIMARY KEY AUTOINCREMENT,
         path TEXT NOT NULL UNIQUE,
@@ -229,6 +276,34 @@ def read_meta(conn: sqlite3.Connection) -> dict[str, str]:
     return dict(conn.execute("SELECT key, value FROM meta").fetchall())
 
 
+class PhotoRow:
+    """One photos row without its vector, read like a dict (row["size"]); a slotted object because a library
+    of a million photos holds a million of these during an index run's comparison (~120 bytes each, not ~600)."""
+
+    __slots__ = ("id", "path", "path_bytes", "size", "mtime_ns", "hash", "model_id")
+
+    def __init__(self, id, path, path_bytes, size, mtime_ns, hash, model_id):  # noqa: A002 - the column names
+        self.id, self.path, self.path_bytes, self.size = id, path, path_bytes, size
+        self.mtime_ns, self.hash, self.model_id = mtime_ns, hash, model_id
+
+    def __getitem__(self, column: str):
+        return getattr(self, column)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, PhotoRow) and all(self[c] == other[c] for c in self.__slots__)
+
+
+class KnownHashes:
+    """Membership test against the photos' hashes of one model (an indexed lookup, ~20 us)."""
+
+    def __init__(self, conn: sqlite3.Connection, model_id: str):
+        self.conn, self.model_id = conn, model_id
+
+    def __contains__(self, content_hash: str) -> bool:
+        sql = "SELECT 1 FROM photos WHERE hash = ? AND +model_id = ? LIMIT 1"
+        return self.conn.execute(sql, [content_hash, self.model_id]).fetchone() is not None
+
+
 class Store:
     """Read-write access for `imgtxt index`: creates the folder and database, applies migrations.
 
@@ -276,14 +351,22 @@ class Store:
         self.db["meta"].upsert_all([{"key": k, "value": str(v)} for k, v in values.items()], pk="key")
 
     # -------------------------------------------------------------- photos
-    def photo_rows(self) -> dict[str, dict]:
-        """path -> row (without the embedding), for the incremental comparison."""
-        sql = "SELECT id, path, path_bytes, size, mtime_ns, hash, model_id FROM photos"
-        return {r["path"]: r for r in self.db.query(sql)}
+    def iter_photo_rows(self) -> Iterator[PhotoRow]:
+        """Every photos row (without the embedding), streamed: a comparison holds only the rows it keeps."""
+        models: dict[str, str] = {}  # one string per model id, not one per row
+        cursor = self.db.conn.execute("SELECT id, path, path_bytes, size, mtime_ns, hash, model_id FROM photos")
+        while chunk := cursor.fetchmany(10_000):
+            for i, path, raw, size, mtime_ns, content_hash, model_id in chunk:
+                yield PhotoRow(i, path, raw, size, mtime_ns, content_hash, models.setdefault(model_id, model_id))
 
-    def hashes_with_vectors(self, model_id: str) -> set[str]:
-        sql = "SELECT DISTINCT hash FROM photos WHERE model_id = ?"
-        return {r["hash"] for r in self.db.query(sql, [model_id])}
+    def photo_rows(self) -> dict[str, PhotoRow]:
+        """path -> row (without the embedding)."""
+        return {row.path: row for row in self.iter_photo_rows()}
+
+    def hashes_with_vectors(self, model_id: str) -> "KnownHashes":
+        """`hash in store.hashes_with_vectors(model)`: asked of the hash index per file, so a run with little
+        to do never loads a million hashes (~110 MB)."""
+        return KnownHashes(self.db.conn, model_id)
 
     def vector_for_hash(self, content_hash: str, model_id: str) -> dict | None:
         """One stored (embedding, width, height) of this content, or None: an index lookup, however many
@@ -292,11 +375,13 @@ class Store:
         return next(iter(self.db.query(sql, [content_hash, model_id])), None)
 
     def put_photo(self, path: str, size: int, mtime_ns: int, content_hash: str, width, height,
-                  embedding: bytes, model_id: str) -> None:
+                  embedding: bytes | np.ndarray, model_id: str) -> None:
         key = path_key(path)
+        if isinstance(embedding, np.ndarray):
+            embedding = encode_vector(embedding)
         row = {"path": key, "path_bytes": path_bytes(path), "size": size, "mtime_ns": mtime_ns,
                "hash": content_hash, "width": width, "height": height, "embedding": embedding,
-               "model_id": model_id, "indexed_at": now_iso()}
+               "model_id": model_id, "indexed_at": now_precise()}
         # Update in place when the path is known, so the photo keeps its id.
         cur = self.db.execute(
             "UPDATE photos SET path_bytes=:path_bytes, size=:size, mtime_ns=:mtime_ns, hash=:hash, width=:width, "
@@ -304,6 +389,8 @@ class Store:
         if cur.rowcount == 0:
             self.db["photos"].insert(row)
         self.db.execute("DELETE FROM skipped WHERE path = ?", [key])
+        # In the same transaction as the vector: the vector files are behind until vector_index.sync clears it.
+        self.db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('vectors_dirty', '1')")
 
     def move_photo(self, photo_id: int, new_path: str, size: int, mtime_ns: int) -> None:
         key = path_key(new_path)
@@ -324,10 +411,6 @@ class Store:
     def other_model_ids(self, model_id: str) -> dict[str, int]:
         sql = "SELECT model_id, count(*) AS n FROM photos WHERE model_id != ? GROUP BY model_id"
         return {r["model_id"]: r["n"] for r in self.db.query(sql, [model_id])}
-
-    def iter_vectors(self, model_id: str):
-        """(id, embedding bytes) of every photo embedded by `model_id`."""
-        yield from self.db.execute("SELECT id, embedding FROM photos WHERE model_id = ? ORDER BY id", [model_id])
 
     # -------------------------------------------------------------- skipped files
     def skipped_rows(self) -> dict[str, dict]:

@@ -12,6 +12,8 @@ import numpy as np
 import pytest
 from conftest import REPO, copy_examples, write_photo
 
+from imgtxt.store import decode_vectors
+
 
 def summary_of(result) -> dict:
     return json.loads(result.stdout)
@@ -68,7 +70,7 @@ def test_search_scores_match_a_brute_force_ranking(library, tmp_path, tiny_model
     hits = json_lines(library.run("search", query, "-n", "12", "--json").stdout)
     rows = db_rows(library)
     paths = sorted(rows)
-    images = np.stack([np.frombuffer(rows[p][2], np.float32) for p in paths])
+    images = decode_vectors([rows[p][2] for p in paths], tiny_model.config["joint"]["embed_dim"])
     scores = tiny_model.scores(images, tiny_model.encode_text([query]))[:, 0]
     expected = [paths[i] for i in np.argsort(-scores)]
     assert [h["path"] for h in hits] == expected
@@ -100,8 +102,12 @@ def test_incremental_add_modify_delete_rename(library, tmp_path):
         write_photo(folder / f"{i}.jpg", seed=i)
     assert summary_of(library.run("index", folder, "--json", "-q"))["added"] == 5
 
+    vector_files = {p: (p.stat().st_mtime_ns, p.stat().st_ino) for p in library.index.glob("vectors-*")}
     s = summary_of(library.run("index", folder, "--json", "-q"))
     assert (s["unchanged"], s["added"], s["embedded"]) == (5, 0, 0)
+    assert s["vector_index"] == "vector index: unchanged"          # a no-change rerun rewrites no vector file
+    assert vector_files and {p: (p.stat().st_mtime_ns, p.stat().st_ino) for p in library.index.glob("vectors-*")} \
+        == vector_files
 
     before = db_rows(library)
     write_photo(folder / "new.jpg", seed=10)                                  # add
@@ -124,7 +130,7 @@ def test_incremental_add_modify_delete_rename(library, tmp_path):
     assert after[str(folder / "1.jpg")][1] != before[str(folder / "1.jpg")][1]
 
     hits = json_lines(library.run("search", "a dog", "-n", "10", "--json").stdout)
-    assert sorted(h["path"] for h in hits) == sorted(after)      # Annoy rebuilt: no stale paths
+    assert sorted(h["path"] for h in hits) == sorted(after)      # search files in step: no stale paths
 
     shutil.copy2(folder / "4.jpg", folder / "copy.jpg")           # a copy reuses the vector too
     s = summary_of(library.run("index", folder, "--json", "-q"))

@@ -44,7 +44,7 @@ def test_search_during_a_run_then_kill_9_then_rerun(library, tmp_path):
         # Freeze it mid-run: without torch the run can finish faster than a cold search starts.
         os.kill(run.pid, signal.SIGSTOP)
 
-        # Search while the run is in progress: answers from the last complete index (Annoy not yet rebuilt).
+        # Search while the run is in progress: answers from the last complete index (search files not yet updated).
         search = library.subprocess("search", "a dog on the beach", "-n", "50", "--json")
         assert search.returncode == 0, search.stderr
         assert {json.loads(line)["path"] for line in search.stdout.splitlines()} == examples

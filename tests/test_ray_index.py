@@ -18,7 +18,7 @@ def local_ray():
 
 def _vectors(index_dir) -> dict:
     with sqlite3.connect(index_dir / "index.db") as db:
-        return {path: (np.frombuffer(blob, np.float32), w, h)
+        return {path: (np.frombuffer(blob, np.float16).astype(np.float32), w, h)
                 for path, blob, w, h in db.execute("SELECT path, embedding, width, height FROM photos")}
 
 

@@ -1,4 +1,4 @@
-"""The SQLite store and the Annoy file: schema versions, paths that are not UTF-8, atomic swaps (no CNN)."""
+"""The SQLite store: schema versions, paths that are not UTF-8, ids, vector encoding (no CNN)."""
 from __future__ import annotations
 
 import os
@@ -7,8 +7,8 @@ import sqlite3
 import numpy as np
 import pytest
 
-from imgtxt import vector_index
-from imgtxt.store import SCHEMA_VERSION, Store, StoreError, default_index_dir, open_readonly, path_key, real_path
+from imgtxt.store import (SCHEMA_VERSION, Store, StoreError, decode_vectors, default_index_dir, encode_vector,
+                          open_readonly, path_key, real_path)
 
 
 def vec(seed, dim=8):
@@ -81,7 +81,7 @@ def test_ids_are_never_reused(tmp_path):
     old = store.photo_rows()["/b.jpg"]["id"]
     store.remove_photos(["/b.jpg"])
     store.put_photo("/c.jpg", 1, 1, "h3", 1, 1, vec(2), "m")
-    assert store.photo_rows()["/c.jpg"]["id"] > old  # an old Annoy file can never point at /c.jpg
+    assert store.photo_rows()["/c.jpg"]["id"] > old  # an old vector file can never point at /c.jpg
 
 
 def test_skipped_file_replaces_its_photo_row(tmp_path):
@@ -94,24 +94,13 @@ def test_skipped_file_replaces_its_photo_row(tmp_path):
     assert store.skipped_rows() == {}
 
 
-def test_annoy_build_swaps_atomically_and_drops_other_models(tmp_path):
-    vectors = [(i, vec(i)) for i in range(1, 21)]
-    assert vector_index.build(tmp_path, "m1", 8, "cosine", vectors) == 20
-    old = vector_index.index_path(tmp_path, "m1")
-    reader = vector_index.VectorIndex(old, 8, "cosine")       # a search holding the old file
-    assert vector_index.build(tmp_path, "m1", 8, "cosine", vectors[:5]) == 5
-    assert len(reader) == 21 and len(vector_index.VectorIndex(old, 8, "cosine")) == 6  # Annoy counts ids 0..max
-    ids, found = reader.candidates(np.frombuffer(vec(7), np.float32), 1)
-    assert ids == [7]                                            # the old file still answers
-    assert vector_index.build(tmp_path, "m2", 8, "cosine", vectors) == 20
-    assert sorted(p.name for p in tmp_path.glob("vectors-*")) == ["vectors-m2.ann"]
-    assert vector_index.build(tmp_path, "m2", 8, "cosine", []) == 0
-    assert list(tmp_path.glob("vectors-*")) == []
-
-
-def test_order_embedding_candidates_come_from_euclidean_neighbours(tmp_path):
-    vectors = [(i, vec(i)) for i in range(1, 51)]
-    vector_index.build(tmp_path, "m", 8, "order", vectors)
-    index = vector_index.VectorIndex(vector_index.index_path(tmp_path, "m"), 8, "order")
-    ids, found = index.candidates(np.frombuffer(vec(3), np.float32), 2)
-    assert 3 in ids and found.shape == (len(ids), 8) and len(ids) >= 20
+def test_vectors_are_stored_as_float16_and_float32_rows_still_read():
+    v = np.frombuffer(vec(3, dim=16), np.float32)
+    blob = encode_vector(v)
+    assert len(blob) == 2 * 16
+    legacy = v.tobytes()                                  # written by an earlier imgtxt
+    decoded = decode_vectors([blob, legacy], 16)
+    assert decoded.dtype == np.float32 and np.array_equal(decoded[1], v)
+    np.testing.assert_allclose(decoded[0], v, atol=1e-3)
+    with pytest.raises(StoreError, match="damaged"):
+        decode_vectors([b"123"], 16)
