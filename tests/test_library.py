@@ -143,7 +143,7 @@ def test_model_folder_resolution(tmp_path, monkeypatch, tiny_model_dir):
 
 
 def test_learning_rate_overrides_leave_presets_alone():
-    from imgtxt.train import PRESETS, preset, with_learning_rates
+    from imgtxt.presets import PRESETS, preset, with_learning_rates
 
     before = [p.lr for p in PRESETS["PH"].phases]
     cfg = with_learning_rates(preset("PH"), lr=1e-5, phase2_lr=3e-6)

@@ -93,7 +93,7 @@ def test_rcn_kind_trains_saves_and_loads_with_numpy_equal_to_torch(tmp_path):
     from imgtxt.modelfile import TrainedModel
     from imgtxt.text_encoders import prepare
     from imgtxt.train import Phase, TrainConfig, TrainData, train
-    from tests.test_model import feature_config, synthetic
+    from test_model import feature_config, synthetic
 
     feats, caps = synthetic(0)
     setup = prepare("rcn", caps, {"min_count": 1, "word_dim": 8, "capsules": 2, "recursions": 1,

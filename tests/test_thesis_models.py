@@ -83,7 +83,7 @@ def test_thesis_model_trains_saves_loads(tmp_path, kind):
     from imgtxt.metrics import evaluate_scores
     from imgtxt.modelfile import TrainedModel
     from imgtxt.train import TrainData, preset, train
-    from tests.test_model import feature_config, synthetic
+    from test_model import feature_config, synthetic
 
     feats, caps = synthetic(0)
     setup = prepare(kind, caps, {"ngrams": "bi", "weighting": "tfidf", "hidden": 16, "word_dim": 8})
