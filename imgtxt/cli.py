@@ -1,75 +1,88 @@
-"""The `imgtxt` command line: a thin layer over `imgtxt.Library` (library.py).
+"""The `imgtxt` command line: a thin click layer over `imgtxt.Library` (library.py).
 
 Imports are deferred into each command so that query commands (`search`, `status`) start without loading
 torch. Every error is an ImgtxtError; `Commands.invoke` prints it as one line and exits non-zero.
+The CLI is plain click (as Simon Willison's `llm` is): typer 0.2x validates every option through pydantic,
+whose import alone was ~40% of a cold `imgtxt search`.
 """
 from __future__ import annotations
 
 import json
 import sys
 from pathlib import Path
-from typing import Optional
 
-import typer
-from typer.core import TyperGroup, TyperOption
+import click
 
 from . import __version__
 from .errors import ImgtxtError
 
+PHOTOS = "Photos"
 
-class Commands(TyperGroup):
+
+RESEARCH_COMMANDS = ("features", "train", "eval", "backbone-download", "export-cnn")   # cli_research.py
+
+
+class Commands(click.Group):
+    """The commands in the order they were added, under their section headings, photo commands first. The
+    research commands are built on first use: their ~70 options cost a query command ~20 ms to declare."""
+
     def list_commands(self, ctx):
-        return list(self.commands)  # as registered: the everyday commands first
+        return list(dict.fromkeys([*self.commands, *RESEARCH_COMMANDS]))  # the everyday commands first
+
+    def get_command(self, ctx, name):
+        if name in RESEARCH_COMMANDS and name not in self.commands:
+            from .cli_research import register
+
+            register(command)
+        return super().get_command(ctx, name)
+
+    def format_commands(self, ctx, formatter):
+        sections: dict[str, list] = {}
+        for name in self.list_commands(ctx):
+            command = self.get_command(ctx, name)
+            if not command.hidden:
+                sections.setdefault(getattr(command, "section", "Commands"), []).append((name, command))
+        width = formatter.width - 6 - max((len(n) for rows in sections.values() for n, _ in rows), default=0)
+        for section, rows in sections.items():
+            with formatter.section(section):
+                formatter.write_dl([(name, command.get_short_help_str(width)) for name, command in rows])
 
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
         except ImgtxtError as e:
-            typer.echo(f"imgtxt: {e}", err=True)
-            raise typer.Exit(getattr(e, "exit_code", 1)) from None
+            click.echo(f"imgtxt: {e}", err=True)
+            raise click.exceptions.Exit(getattr(e, "exit_code", 1)) from None
 
 
-def _flags_without_a_type(option_class) -> None:
-    """Typer 0.2x prints `--json <bool>` in help, as if the flag took a value: show flags bare."""
-    shown = getattr(option_class, "display_type_rich", None)
-    if shown is not None and not getattr(shown, "_imgtxt", False):
-        def display_type_rich(self, ctx):
-            return None if getattr(self, "is_flag", False) else shown(self, ctx)
-
-        display_type_rich._imgtxt = True
-        option_class.display_type_rich = display_type_rich
+@click.group(cls=Commands, no_args_is_help=True, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 120})
+@click.version_option(__version__, "--version", message="imgtxt %(version)s", help="Print the version and exit.")
+def app():
+    """Search a photo folder by sentence and caption photos, with a Full-Network-Embedding joint image-text
+    model. Works offline."""
 
 
-_flags_without_a_type(TyperOption)
-
-app = typer.Typer(
-    cls=Commands, no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
-    help="Search a photo folder by sentence and caption photos, with a Full-Network-Embedding "
-         "joint image-text model. Works offline.",
-)
-PHOTOS = "Photos"
-
-IndexOpt = typer.Option(None, "--index", help="Index folder (default: $IMGTXT_INDEX_DIR, else "
-                                               "$XDG_DATA_HOME/imgtxt).")
-ModelOpt = typer.Option(None, "--model", help="Model folder (default: $IMGTXT_MODEL, else the model "
-                                               "shipped with imgtxt).")
-QueryModelOpt = typer.Option(None, "--model", help="Model folder (default: $IMGTXT_MODEL, else the one the "
-                                                    "index was built with).")
-JsonOpt = typer.Option(False, "--json", help="One JSON object per line on stdout.")
-AllCopies = typer.Option(False, "--all-copies", help="List identical files (same bytes) separately.")
-NullOpt = typer.Option(False, "-0", "--null", help="Paths only, each ended by a NUL byte (for xargs -0).")
+def command(name: str | None = None, section: str = PHOTOS):
+    """app.command that also files the command under a heading of `imgtxt --help`."""
+    def register(function):
+        made = app.command(name)(function)
+        made.section = section
+        return made
+    return register
 
 
-def _version(value: bool) -> None:
-    if value:
-        typer.echo(f"imgtxt {__version__}")
-        raise typer.Exit()
-
-
-@app.callback()
-def main(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
-                                      help="Print the version and exit.")):
-    """Search a photo folder by sentence and caption photos. Works offline."""
+PathType = click.Path(path_type=Path)
+index_opt = click.option("--index", "index_dir", type=PathType, default=None,
+                         help="Index folder (default: $IMGTXT_INDEX_DIR, else $XDG_DATA_HOME/imgtxt).")
+model_opt = click.option("--model", type=PathType, default=None,
+                         help="Model folder (default: $IMGTXT_MODEL, else the model shipped with imgtxt).")
+query_model_opt = click.option("--model", type=PathType, default=None,
+                               help="Model folder (default: $IMGTXT_MODEL, else the one the index was built with).")
+json_opt = click.option("--json", "as_json", is_flag=True, help="One JSON object per line on stdout.")
+all_copies_opt = click.option("--all-copies", is_flag=True, help="List identical files (same bytes) separately.")
+null_opt = click.option("-0", "--null", is_flag=True, help="Paths only, each ended by a NUL byte (for xargs -0).")
+count_opt = click.option("-n", "n", type=click.IntRange(min=1), default=10, show_default=True,
+                         help="Number of photos.")
 
 
 def _library(index_dir, model):
@@ -91,7 +104,7 @@ def _print_photos(matches, as_json: bool, preview: bool = False, library=None, n
     for line in library.notices if library is not None else []:
         _say(f"imgtxt: {line}")
     if not matches:
-        typer.echo("imgtxt: no photos match", err=True)
+        click.echo("imgtxt: no photos match", err=True)
     elif preview and not as_json:
         from .preview import print_with_thumbnails
 
@@ -122,28 +135,32 @@ class CaptionProgress:
             self.bar.close()
 
 
-@app.command("index", rich_help_panel=PHOTOS)
-def index_photos(
-    paths: list[Path] = typer.Argument(..., help="Folders (or single photos) to index, recursively."),
-    exclude: list[str] = typer.Option([], "--exclude", help="Skip files or folders matching this glob (repeatable)."),
-    index_dir: Optional[Path] = IndexOpt,
-    model: Optional[Path] = ModelOpt,
-    batch_size: int = typer.Option(32, min=1, help="Photos per CNN batch and per database commit."),
-    workers: int = typer.Option(2, min=1, help="Decoding threads."),
-    as_json: bool = typer.Option(False, "--json", help="Print the summary as one JSON object on stdout."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar and no per-file messages."),
-    prune: bool = typer.Option(False, "--prune", help="Remove the photos of a folder that is missing or empty now "
-                               "(by default they are kept: an unplugged drive looks the same)."),
-    rebuild: bool = typer.Option(False, "--rebuild", help="Build a new database from the photos and swap it in when "
-                                 "complete (for a damaged index; the old file is kept as index.db.damaged)."),
-    ray: Optional[str] = typer.Option(None, "--ray", metavar="ADDRESS",
-                                      help="Embed on a Ray cluster: its address (ray://host:10001, auto), "
-                                           "or 'local' for a Ray instance on this machine. Needs the ray extra."),
-):
-    """Index photo folders incrementally: new and changed photos are embedded, moved ones recognised."""
+@command("index")
+@click.argument("paths", nargs=-1, required=True, type=PathType)
+@click.option("--exclude", multiple=True, help="Skip files or folders matching this glob (repeatable).")
+@index_opt
+@model_opt
+@click.option("--batch-size", type=click.IntRange(min=1), default=32, show_default=True,
+              help="Photos per CNN batch and per database commit.")
+@click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True, help="Decoding threads.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object on stdout.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar and no per-file messages.")
+@click.option("--prune", is_flag=True, help="Remove the photos of a folder that is missing or empty now "
+              "(by default they are kept: an unplugged drive looks the same).")
+@click.option("--rebuild", is_flag=True, help="Build a new database from the photos and swap it in when complete "
+              "(for a damaged index; the old file is kept as index.db.damaged).")
+@click.option("--ray", metavar="ADDRESS", default=None,
+              help="Embed on a Ray cluster: its address (ray://host:10001, auto), or 'local' for a Ray instance on "
+                   "this machine. Needs the ray extra.")
+def index_photos(paths, exclude, index_dir, model, batch_size, workers, as_json, quiet, prune, rebuild, ray):
+    """Index photo folders, incrementally.
+
+    PATHS are folders (or single photos), indexed recursively. New and changed photos are embedded, moved ones
+    recognised by their content; Ctrl-C keeps what is done.
+    """
     progress = not quiet and sys.stderr.isatty()
     summary = _library(index_dir, model).index(
-        paths, exclude, batch_size=batch_size, workers=workers, progress=progress, log=None if quiet else _say,
+        list(paths), list(exclude), batch_size=batch_size, workers=workers, progress=progress, log=None if quiet else _say,
         notice=_say, on_model_load=(lambda: _say("imgtxt: loading model…")) if progress else None,
         prune=prune, rebuild=rebuild, ray_address=ray)
     if as_json:
@@ -151,24 +168,25 @@ def index_photos(
         out["skipped_files"] = [{"path": p, "reason": r} for p, r in sorted(summary.skipped.items())]
         sys.stdout.write(json.dumps(out, ensure_ascii=False) + "\n")
     else:
-        typer.echo(summary.line())
+        click.echo(summary.line())
 
 
-@app.command(rich_help_panel=PHOTOS)
-def search(
-    text: list[str] = typer.Argument(..., help='What the photo shows, e.g. a dog running on the beach '
-                                               '(quotes optional).'),
-    n: int = typer.Option(10, "-n", min=1, help="Number of photos."),
-    min_score: Optional[float] = typer.Option(None, "--min-score", help="Leave out photos scoring below this."),
-    preview: bool = typer.Option(False, "--preview", help="Show thumbnails in terminals that can draw "
-                                                          "images (kitty, iTerm2, sixel)."),
-    all_copies: bool = AllCopies,
-    index_dir: Optional[Path] = IndexOpt,
-    model: Optional[Path] = QueryModelOpt,
-    as_json: bool = JsonOpt,
-    null: bool = NullOpt,
-):
-    """Find photos by sentence."""
+@command()
+@click.argument("text", nargs=-1, required=True)
+@count_opt
+@click.option("--min-score", type=float, default=None, help="Leave out photos scoring below this.")
+@click.option("--preview", is_flag=True, help="Show thumbnails in terminals that can draw images (kitty, iTerm2, "
+              "sixel).")
+@all_copies_opt
+@index_opt
+@query_model_opt
+@json_opt
+@null_opt
+def search(text, n, min_score, preview, all_copies, index_dir, model, as_json, null):
+    """Find photos by sentence.
+
+    TEXT is what the photo shows, e.g. `imgtxt search a dog running on the beach` (quotes optional).
+    """
     import os
 
     # One query is a few dozen small matmuls: a BLAS thread pool only adds wake-ups, which cost most on a busy
@@ -179,17 +197,19 @@ def search(
     _print_photos(library.search(" ".join(text), n, min_score, all_copies), as_json, preview, library, null)
 
 
-@app.command(rich_help_panel=PHOTOS)
-def caption(
-    photo: Path = typer.Argument(..., help="A photo (need not be indexed)."),
-    n: int = typer.Option(5, "-n", min=1, help="Number of captions."),
-    captions: Optional[Path] = typer.Option(None, "--captions", help="Caption candidates, one per line "
-                                            "(default: the model's training captions)."),
-    index_dir: Optional[Path] = IndexOpt,
-    model: Optional[Path] = QueryModelOpt,
-    as_json: bool = JsonOpt,
-):
-    """The captions that best describe a photo."""
+@command()
+@click.argument("photo", type=PathType)
+@click.option("-n", "n", type=click.IntRange(min=1), default=5, show_default=True, help="Number of captions.")
+@click.option("--captions", type=PathType, default=None,
+              help="Caption candidates, one per line (default: the model's training captions).")
+@index_opt
+@query_model_opt
+@json_opt
+def caption(photo, n, captions, index_dir, model, as_json):
+    """The captions that best describe a photo.
+
+    PHOTO need not be indexed.
+    """
     from .output import print_hits
     from .query import read_captions
 
@@ -199,28 +219,32 @@ def caption(
     print_hits(hits, "caption", as_json)
 
 
-@app.command(rich_help_panel=PHOTOS)
-def similar(
-    photo: Path = typer.Argument(..., help="A photo (indexed or not)."),
-    n: int = typer.Option(10, "-n", min=1, help="Number of photos."),
-    all_copies: bool = AllCopies,
-    index_dir: Optional[Path] = IndexOpt,
-    model: Optional[Path] = QueryModelOpt,
-    as_json: bool = JsonOpt,
-    null: bool = NullOpt,
-):
-    """Indexed photos that look most like a photo."""
+@command()
+@click.argument("photo", type=PathType)
+@count_opt
+@all_copies_opt
+@index_opt
+@query_model_opt
+@json_opt
+@null_opt
+def similar(photo, n, all_copies, index_dir, model, as_json, null):
+    """Indexed photos that look most like a photo.
+
+    PHOTO may be indexed or not.
+    """
     library = _library(index_dir, model)
     _print_photos(library.similar(photo, n, all_copies), as_json, library=library, null=null)
 
 
-@app.command(rich_help_panel=PHOTOS)
-def status(
-    index_dir: Optional[Path] = IndexOpt,
-    as_json: bool = JsonOpt,
-    skipped: bool = typer.Option(False, "--skipped", help="Also list the skipped files and why."),
-):
-    """What is indexed: folders, photos, skipped files, model, where the index lives, last run."""
+@command()
+@index_opt
+@json_opt
+@click.option("--skipped", is_flag=True, help="Also list the skipped files and why.")
+def status(index_dir, as_json, skipped):
+    """What is indexed.
+
+    The indexed folders with their photo counts, skipped files, the model, where the index lives, the last run.
+    """
     from .output import print_status, printable
 
     library = _library(index_dir, None)
@@ -236,14 +260,16 @@ def status(
                              else f"{printable(path)}\t{printable(reason)}\n")
 
 
-@app.command(rich_help_panel=PHOTOS)
-def serve(
-    index_dir: Optional[Path] = IndexOpt,
-    model: Optional[Path] = QueryModelOpt,
-    port: int = typer.Option(8000, "--port", min=1, max=65535, help="Port to listen on."),
-    host: str = typer.Option("127.0.0.1", "--host", help="Address to bind (default: this machine only)."),
-):
-    """Browse and search the index in a web browser: thumbnails, captions, similar photos."""
+@command()
+@index_opt
+@query_model_opt
+@click.option("--port", type=click.IntRange(1, 65535), default=8000, show_default=True, help="Port to listen on.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind (default: this machine only).")
+def serve(index_dir, model, port, host):
+    """Browse and search the index in a web browser.
+
+    A search box, thumbnails with scores; click a photo for its captions and similar photos.
+    """
     from .web import run
 
     library = _library(index_dir, model)
@@ -253,21 +279,14 @@ def serve(
     run(library, host, port)
 
 
-@app.command(rich_help_panel=PHOTOS)
-def forget(
-    path: Path = typer.Argument(..., help="A folder or photo to remove from the index (files are not touched)."),
-    index_dir: Optional[Path] = IndexOpt,
-):
-    """Remove a folder or photo from the index; the files stay where they are."""
+@command()
+@click.argument("path", type=PathType)
+@index_opt
+def forget(path, index_dir):
+    """Remove a folder or photo from the index.
+
+    PATH is a folder or a photo; the files stay where they are.
+    """
     library = _library(index_dir, None)
     removed = library.forget(path)
-    typer.echo(f"forgot {removed} photos under {path.absolute()}; {library.status().photos} photos indexed")
-
-
-def _register_research() -> None:
-    from .cli_research import register
-
-    register(app)
-
-
-_register_research()
+    click.echo(f"forgot {removed} photos under {path.absolute()}; {library.status().photos} photos indexed")

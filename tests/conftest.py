@@ -45,7 +45,7 @@ def tiny_model(tiny_model_dir):
 @pytest.fixture()
 def library(tmp_path, monkeypatch, tiny_model_dir):
     """A fresh index folder and caption cache, and a way to run the CLI in-process (CliRunner)."""
-    from typer.testing import CliRunner
+    from click.testing import CliRunner
 
     from imgtxt.cli import app
 

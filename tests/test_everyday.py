@@ -20,15 +20,14 @@ def json_lines(text: str) -> list[dict]:
 
 def test_help_lists_photo_commands_first_and_describes_every_option(library):
     from imgtxt.cli import app
-    from typer.main import get_command
 
     out = library.run("--help").stdout
     order = ["index", "search", "caption", "similar", "status", "serve", "forget", "features", "train", "eval"]
     positions = [re.search(rf"^\W*{name}\s", out, re.M).start() for name in order]  # command list rows
     assert positions == sorted(positions), out
     assert "<bool>" not in out
-    group = get_command(app)
-    for name, command in group.commands.items():
+    for name in app.list_commands(None):
+        command = app.get_command(None, name)
         text = library.run(name, "--help").stdout
         assert "<bool>" not in text, name
         for param in command.params:

@@ -245,7 +245,7 @@ def test_query_commands_never_import_torch(library, tmp_path):
     library.run("index", tmp_path / "p", "-q")
     script = textwrap.dedent(f"""
         import sys
-        from typer.testing import CliRunner
+        from click.testing import CliRunner
         from imgtxt.cli import app
         runner = CliRunner()
         for args in (["search", "a cat on a table"], ["status", "--json"], ["similar", {str(photos[0])!r}],
