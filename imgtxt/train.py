@@ -140,7 +140,7 @@ def _load_weights(model: JointModel, folder: Path) -> None:
     from .modelfile import LazyTensors
 
     tensors = LazyTensors(folder / "model.safetensors")
-    model.import_tensors({k: torch.from_numpy(np.asarray(tensors[k], dtype=np.float32)) for k in tensors.keys()
+    model.import_tensors({k: torch.from_numpy(np.array(tensors[k], dtype=np.float32)) for k in tensors.keys()
                           if not k.endswith(".scale")})
 
 

@@ -46,7 +46,7 @@ def check_and_copy(own: dict[str, torch.Tensor], tensors: dict) -> None:
     with torch.no_grad():
         for name, param in own.items():
             value = tensors[name]
-            value = torch.from_numpy(np.asarray(value, dtype=np.float32)) if not torch.is_tensor(value) else value
+            value = torch.from_numpy(np.array(value, dtype=np.float32)) if not torch.is_tensor(value) else value
             if tuple(value.shape) != tuple(param.shape):
                 raise ValueError(f"tensor {name} has shape {tuple(value.shape)}, expected {tuple(param.shape)}")
             param.copy_(value.to(param.dtype))
