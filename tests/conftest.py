@@ -17,6 +17,24 @@ REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def private_user_dirs(tmp_path_factory):
+    """Defaults of the index, cache and data folders point into the session's tmp: no test reads or writes the
+    user's own ~/.cache/imgtxt or ~/.local/share/imgtxt (a test that does not set them would, e.g. OpenVINO's
+    compiled-model cache). Tests that need their own folders still set them per test."""
+    root = tmp_path_factory.mktemp("user")
+    private = {"IMGTXT_CACHE_DIR": root / "cache", "IMGTXT_INDEX_DIR": root / "index",
+               "XDG_CACHE_HOME": root / "xdg-cache", "XDG_DATA_HOME": root / "xdg-data"}
+    saved = {name: os.environ.get(name) for name in private}
+    os.environ.update({name: str(path) for name, path in private.items()})
+    yield root
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
 @pytest.fixture(scope="session")
 def facts():
     return backbone_facts()
