@@ -31,12 +31,17 @@ class FeatureSpec:
     layer_set: str
     crops: int
     precision: str
+    runtime: str = "torch"   # "openvino": the exported graph (agrees with torch fp32 to ~1e-4, not bit for bit)
 
     @property
     def key(self) -> str:
-        text = json.dumps([self.backbone_id, self.layer_set, self.crops, self.precision])
+        # torch keys stay what they were before runtimes existed, so existing caches keep matching
+        parts = [self.backbone_id, self.layer_set, self.crops, self.precision]
+        parts += [self.runtime] if self.runtime != "torch" else []
+        digest = hashlib.sha1(json.dumps(parts).encode()).hexdigest()[:10]
         name = self.backbone_id.split("@")[0]
-        return f"{name}-{self.layer_set}-{self.crops}crop-{self.precision}-{hashlib.sha1(text.encode()).hexdigest()[:10]}"
+        runtime = f"-{self.runtime}" if self.runtime != "torch" else ""
+        return f"{name}-{self.layer_set}-{self.crops}crop-{self.precision}{runtime}-{digest}"
 
 
 def _paths_digest(paths) -> str:
@@ -74,7 +79,7 @@ def compute_features(dataset: str, split, extractor, spec: FeatureSpec, root: Pa
     else:
         rows = np.lib.format.open_memmap(data_path, mode="w+", dtype=np.float32, shape=(n, dim))
         done = 0
-    meta = {"spec": spec.__dict__, "images": digest, "dim": dim, "done": done,
+    meta = {"spec": dict(spec.__dict__), "images": digest, "dim": dim, "done": done,
             "layers": list(zip(extractor.layer_names, extractor.layer_dims)),
             "baseline_slice": list(extractor.baseline_slice)}
 

@@ -20,15 +20,28 @@ class FeatureSettings:
     crops: int = 1
     precision: str = "auto"
     backbone_weights: str | None = None   # a file, "random", or None for the backbone's standard weights
+    runtime: str = "torch"                # dataset features: "torch" or "openvino" (the exported graph, fp32)
+
+
+FEATURE_RUNTIMES = ("torch", "openvino")
 
 
 def open_extractor(settings: FeatureSettings, device: str | None = None):
     from .backbones import load_backbone
     from .fne import RawFeatureExtractor
 
+    if settings.runtime not in FEATURE_RUNTIMES:
+        raise ValueError(f"feature runtime must be one of {', '.join(FEATURE_RUNTIMES)}, not {settings.runtime!r}")
+    if settings.runtime != "torch" and settings.precision != "fp32":
+        raise ValueError(f"--runtime {settings.runtime} computes fp32 features only; pass --precision fp32")
     backbone = load_backbone(settings.backbone, settings.backbone_weights)
-    return RawFeatureExtractor(backbone, settings.layer_set, settings.crops, device=device,
-                               precision=settings.precision)
+    extractor = RawFeatureExtractor(backbone, settings.layer_set, settings.crops, device=device,
+                                    precision=settings.precision)
+    if settings.runtime == "torch":
+        return extractor
+    from .graph_features import GraphFeatureExtractor
+
+    return GraphFeatureExtractor.from_torch(extractor, settings.runtime)
 
 
 def raw_split_features(split: Split, settings: FeatureSettings, extractor=None, quiet: bool = False):
@@ -36,7 +49,7 @@ def raw_split_features(split: Split, settings: FeatureSettings, extractor=None, 
     from .feature_cache import FeatureSpec, cached_features, compute_features
 
     extractor = extractor or open_extractor(settings)
-    spec = FeatureSpec(extractor.backbone.id, settings.layer_set, settings.crops, settings.precision)
+    spec = FeatureSpec(extractor.backbone.id, settings.layer_set, settings.crops, settings.precision, settings.runtime)
     raw = cached_features(split.dataset, split, spec)
     if raw is None:
         raw = compute_features(split.dataset, split, extractor, spec, quiet=quiet,
@@ -51,6 +64,7 @@ def feature_config(kind: str, settings: FeatureSettings, extractor) -> dict:
         "layer_set": settings.layer_set, "crops": settings.crops, "precision": settings.precision,
         "raw_dim": extractor.dim, "baseline_slice": list(extractor.baseline_slice),
         "low_cut": LOW_CUT, "high_cut": HIGH_CUT,
+        **({"feature_runtime": settings.runtime} if settings.runtime != "torch" else {}),
     }
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .feature_cache import cache_root
 from .fne import FeatureStats
 from .losses import hinge_loss, same_image_mask, single_negative_loss
 from .metrics import evaluate_scores
@@ -56,13 +57,23 @@ class TrainData:
 class TextInputs:
     """Caption ids -> what the text module takes. When the encoder's lower part is frozen, its output is computed
     once here (per run, in memory) and batches start from it: a fine-tuned top layer then costs an epoch only
-    the trainable part."""
+    the trainable part. With `cache_dir`, that output is also kept on disk for the next run (text_prefix_cache)."""
 
-    def __init__(self, model: JointModel, token_lists: list[list[int]], device, batch: int = 256):
+    def __init__(self, model: JointModel, token_lists: list[list[int]], device, batch: int = 256,
+                 cache_dir: Path | None = None):
+        from .text_prefix_cache import load_prefix, prefix_key, save_prefix
+
         self.model, self.tokens, self.device = model, token_lists, device
         self.prefix: list[torch.Tensor] | torch.Tensor | None = None
+        self.from_cache = False
         if not model.text.has_frozen_prefix:
             return
+        path = cache_dir / f"{prefix_key(model.text, token_lists)}.pt" if cache_dir is not None else None
+        if path is not None:
+            self.prefix = load_prefix(path, len(token_lists))
+            self.from_cache = self.prefix is not None
+            if self.from_cache:
+                return
         order = np.argsort([len(t) for t in token_lists], kind="stable")
         parts: list = [None] * len(token_lists)
         with torch.no_grad():
@@ -73,6 +84,8 @@ class TextInputs:
                 for j, i in enumerate(rows):
                     parts[i] = out[j] if out.dim() == 2 else out[j, :lengths[j]]
         self.prefix = torch.stack(parts) if parts and parts[0].dim() == 1 else parts
+        if path is not None:
+            save_prefix(path, self.prefix)
 
     def encode(self, rows) -> torch.Tensor:
         tokens = [self.tokens[i] for i in rows]
@@ -203,10 +216,13 @@ def train(run_dir: Path | str, data: TrainData, cfg: TrainConfig, init_from: Pat
     n_images = len(data.train_features)
     per_image = len(data.train_tokens) // n_images
     t_prefix = time.time()
-    train_text, val_text = TextInputs(model, data.train_tokens, device), TextInputs(model, data.val_tokens, device)
+    prefix_dir = cache_root() / "text-prefix"
+    train_text = TextInputs(model, data.train_tokens, device, cache_dir=prefix_dir)
+    val_text = TextInputs(model, data.val_tokens, device, cache_dir=prefix_dir)
     if train_text.prefix is not None:
-        _log(f"frozen text layers computed once for {len(data.train_tokens) + len(data.val_tokens)} captions "
-             f"in {time.time() - t_prefix:.0f}s")
+        how = "read from the cache" if train_text.from_cache and val_text.from_cache else "computed once"
+        _log(f"frozen text layers {how} for {len(data.train_tokens) + len(data.val_tokens)} captions "
+             f"in {time.time() - t_prefix:.0f}s ({prefix_dir})")
     started, epochs_run = time.time(), 0
     while phase_idx < len(cfg.phases):
         phase = cfg.phases[phase_idx]
