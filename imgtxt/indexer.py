@@ -29,8 +29,8 @@ from .images import ImageError, NotRegularFile, in_order, load_rgb, open_regular
 from .index_folder import IndexLock, open_rebuild_store, swap_in_rebuild
 from .output import printable
 from .scan import Found, Problem, scan
-from .store import (Store, StoreError, classify, encode_vector, is_under, make_private_dir, now_iso, path_key,
-                    write_error)
+from .photo_paths import is_under, path_key
+from .store import Store, StoreError, classify, encode_vector, make_private_dir, now_iso, write_error
 
 
 @dataclass

@@ -23,7 +23,8 @@ from . import paths
 from .errors import ImgtxtError, Interrupted
 from .modelfile import ModelError, TrainedModel
 from .query import QueryError
-from .store import StoreError, path_key
+from .photo_paths import path_key
+from .store import StoreError
 
 
 @dataclass
@@ -211,7 +212,7 @@ class Library:
     @staticmethod
     def _write_folders(store, add=(), remove=None) -> None:
         """The folders the user indexed, for `status` (meta key "folders"); nested ones fold into their parent."""
-        from .store import is_under
+        from .photo_paths import is_under
 
         folders = set(json.loads(store.meta().get("folders", "[]"))) | {path_key(a) for a in add}
         if remove is not None:
@@ -224,7 +225,8 @@ class Library:
         """Remove a photo, or every photo under a folder, from the index (never from disk). Returns how many."""
         from . import vector_index
         from .indexer import IndexLock
-        from .store import Store, is_under
+        from .photo_paths import is_under
+        from .store import Store
 
         _close(self._open())  # a clear "no index at" when there is none
         key = path_key(os.path.abspath(os.path.expanduser(str(path))))
@@ -343,7 +345,7 @@ class Library:
             _close(index)
         if row is None:
             raise QueryError(f"no indexed photo with id {photo_id}")
-        from .store import real_path
+        from .photo_paths import real_path
 
         return PhotoRecord(row[0], real_path(row[1], row[2]), row[3], row[4], row[5])
 
@@ -413,7 +415,7 @@ def _paths_by_hash(index, model_id: str, hashes: list[str]) -> dict[str, list[st
 
 def _folder_counts(index, model_id: str | None) -> list[Folder]:
     """Photos per indexed folder; photos outside the recorded folders (older indexes) count per parent folder."""
-    from .store import is_under
+    from .photo_paths import is_under
 
     roots = json.loads(index.meta.get("folders", "[]"))
     counts: dict[str, int] = {r: 0 for r in roots}

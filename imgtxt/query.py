@@ -18,7 +18,8 @@ import numpy as np
 
 from . import vector_index
 from .errors import ImgtxtError
-from .store import StoreError, decode_vectors, open_readonly, path_key, read_meta, real_path
+from .photo_paths import path_key, real_path
+from .store import StoreError, decode_vectors, open_readonly, read_meta
 
 MAX_QUERY_CHARS = 1000   # a caption is a sentence; a 100,000-character "query" took minutes and 400 MB
 

@@ -25,10 +25,11 @@ import numpy as np
 
 from . import paths
 from .errors import ImgtxtError
+from .migrations import SCHEMA_VERSION, migrate, schema_version
+from .photo_paths import path_bytes, path_key
 
 INDEX_ENV = "IMGTXT_INDEX_DIR"
 DB_NAME = "index.db"
-SCHEMA_VERSION = 2
 QUICK_CHECK_MAX_BYTES = 32 << 20   # a read-only open verifies the file's structure up to this size (~0.1 s)
 
 
@@ -91,34 +92,6 @@ def now_precise() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="microseconds")
 
 
-# ------------------------------------------------------------------------------- paths as keys
-
-def path_key(path: str) -> str:
-    """The text stored for a path, one per file. Non-UTF-8 names (surrogate-escaped by os.fsdecode) cannot go
-    into an SQLite TEXT column, so their bad bytes are written \\xNN and their bytes kept in `path_bytes`; a
-    literal backslash is doubled, so a file really named `caf\\xe9.jpg` gets another key than `caf<0xE9>.jpg`."""
-    if "\\" not in path:
-        try:
-            path.encode("utf-8")
-            return path
-        except UnicodeEncodeError:
-            pass
-    return os.fsencode(path).replace(b"\\", b"\\\\").decode("utf-8", "backslashreplace")
-
-
-def path_bytes(path: str) -> bytes | None:
-    return None if path_key(path) == path else os.fsencode(path)
-
-
-def real_path(key: str, raw: bytes | None) -> str:
-    """The path to open for a stored row."""
-    return os.fsdecode(raw) if raw else key
-
-
-def is_under(key: str, roots: list[str]) -> bool:
-    return any(key == r or key.startswith(r.rstrip(os.sep) + os.sep) for r in roots)
-
-
 # ------------------------------------------------------------------------------- vectors
 
 # Vectors are stored as float16: half the database of float32 (a 1 KB blob per photo in a 512-d space) with
@@ -157,62 +130,6 @@ def vector_chunks(conn: sqlite3.Connection, model_id: str, dim: int, since: tupl
         yield np.array([r[0] for r in rows], np.int64), decode_vectors([r[1] for r in rows], dim)
 
 
-# ------------------------------------------------------------------------------- schema
-
-# Each migration takes the database from version i to i + 1; never edit one that has shipped.
-MIGRATIONS = [
-    """
-    CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT);
-    -- AUTOINCREMENT: ids are never reused, so a vector file built earlier can never map to another photo.
-    CREATE TABLE photos (
-        id INTEGER PRIMARY KEY AUTOINCREMENT,
-        path TEXT NOT NULL UNIQUE,
-        path_bytes BLOB,
-        size INTEGER NOT NULL,
-        mtime_ns INTEGER NOT NULL,
-        hash TEXT NOT NULL,
-        width INTEGER,
-        height INTEGER,
-        embedding BLOB NOT NULL,
-        model_id TEXT NOT NULL,
-        indexed_at TEXT NOT NULL
-    );
-    CREATE INDEX photos_hash ON photos (hash);
-    CREATE INDEX photos_model ON photos (model_id);
-    CREATE TABLE skipped (
-        path TEXT PRIMARY KEY,
-        path_bytes BLOB,
-        size INTEGER,
-        mtime_ns INTEGER,
-        reason TEXT NOT NULL,
-        seen_at TEXT NOT NULL
-    );
-    """,
-    "CREATE INDEX photos_hash_model ON photos (hash, model_id)",  # O(1) reuse of a known photo's vector
-]
-assert len(MIGRATIONS) == SCHEMA_VERSION
-
-
-def _rekey_paths(conn) -> None:
-    """v1 -> v2: v1 keys were not unique (a backslash in a name was stored as is); recompute every key that
-    contains a backslash from the bytes of its path."""
-    for table in ("photos", "skipped"):
-        rows = conn.execute(f"SELECT rowid, path, path_bytes FROM {table} WHERE path LIKE '%\\%'").fetchall()
-        for rowid, _, _ in rows:  # two passes: a new key may equal another row's old key
-            conn.execute(f"UPDATE {table} SET path = ? WHERE rowid = ?", [f"\0rekey{rowid}", rowid])
-        for rowid, key, raw in rows:
-            path = os.fsdecode(raw) if raw else key
-            conn.execute(f"UPDATE {table} SET path = ?, path_bytes = ? WHERE rowid = ?",
-                         [path_key(path), path_bytes(path), rowid])
-
-
-POST_MIGRATION = {2: _rekey_paths}
-
-
-def _schema_version(conn: sqlite3.Connection) -> int:
-    return conn.execute("PRAGMA user_version").fetchone()[0]
-
-
 def _check_not_newer(version: int, db_path: Path) -> None:
     if version > SCHEMA_VERSION:
         raise StoreError(f"the index at {db_path.parent} was written by a newer imgtxt (schema v{version}, "
@@ -235,7 +152,7 @@ def _connect_readonly(db_path: Path) -> sqlite3.Connection:
     uri = db_path.resolve().as_uri()
     conn = sqlite3.connect(f"{uri}?mode=ro", uri=True)
     try:
-        _schema_version(conn)
+        schema_version(conn)
         return conn
     except sqlite3.OperationalError:
         conn.close()
@@ -259,7 +176,7 @@ def open_readonly(index_dir: Path, check: bool = True) -> sqlite3.Connection:
         raise StoreError(f"no index at {index_dir}: run `imgtxt index FOLDER` first (or pass --index DIR)")
     try:
         conn = _connect_readonly(db_path)
-        version = _schema_version(conn)
+        version = schema_version(conn)
     except sqlite3.DatabaseError as e:
         if "file is not a database" in str(e) or "malformed" in str(e):
             raise damaged(db_path, f"not a readable imgtxt index: {e}") from None
@@ -325,21 +242,14 @@ class Store:
             raise write_error(self.index_dir, e) from None
         try:
             self.db = sqlite_utils.Database(self.db_path)
-            version = _schema_version(self.db.conn)
+            version = schema_version(self.db.conn)
             _check_not_newer(version, self.db_path)
             if self.db_path.stat().st_size <= 8 * QUICK_CHECK_MAX_BYTES:  # an index run can afford ~1 s
                 quick_check(self.db.conn, self.db_path)
             self.db.enable_wal()
             self.db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable across process kills
             self.db.execute("PRAGMA busy_timeout=10000")
-            for target in range(version + 1, SCHEMA_VERSION + 1):
-                with self.db.atomic():
-                    for statement in MIGRATIONS[target - 1].split(";"):
-                        if statement.strip():
-                            self.db.execute(statement)
-                    if target in POST_MIGRATION:
-                        POST_MIGRATION[target](self.db.conn)
-                    self.db.execute(f"PRAGMA user_version={target}")
+            migrate(self.db, version)
         except sqlite3.DatabaseError as e:
             raise classify(e, self.db_path) from None
 

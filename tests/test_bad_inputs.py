@@ -109,7 +109,7 @@ def test_bad_input_zoo(library, zoo, monkeypatch):
 
     conn = sqlite3.connect(library.index / "index.db")
     rows = {p: (w, h) for p, w, h in conn.execute("SELECT path, width, height FROM photos")}
-    from imgtxt.store import path_key
+    from imgtxt.photo_paths import path_key
 
     assert set(rows) == {path_key(str(p)) for p in good.values()}
     assert summary["indexed"] == summary["added"] == len(good)

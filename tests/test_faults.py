@@ -96,7 +96,9 @@ def test_a_non_utf8_name_and_its_escaped_spelling_are_two_photos(library, tmp_pa
 
 
 def test_version_1_keys_are_migrated_to_unique_ones(tmp_path):
-    from imgtxt.store import MIGRATIONS, SCHEMA_VERSION, Store, path_key, real_path
+    from imgtxt.migrations import MIGRATIONS, SCHEMA_VERSION
+    from imgtxt.photo_paths import path_key, real_path
+    from imgtxt.store import Store
 
     db = sqlite3.connect(tmp_path / "index.db")
     db.executescript(MIGRATIONS[0])

@@ -7,8 +7,33 @@ import sqlite3
 import numpy as np
 import pytest
 
-from imgtxt.store import (SCHEMA_VERSION, Store, StoreError, decode_vectors, default_index_dir, encode_vector,
-                          open_readonly, path_key, real_path)
+from imgtxt.migrations import MIGRATIONS, SCHEMA_VERSION
+from imgtxt.photo_paths import path_key, real_path
+from imgtxt.store import Store, StoreError, decode_vectors, default_index_dir, encode_vector, open_readonly
+
+
+def schema(db_path) -> list[tuple]:
+    conn = sqlite3.connect(db_path)
+    try:
+        return sorted(conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master").fetchall(), key=str)
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("start", range(1, SCHEMA_VERSION))
+def test_a_database_migrated_from_each_earlier_version_equals_a_fresh_one(tmp_path, start):
+    old = tmp_path / "old"
+    old.mkdir()
+    conn = sqlite3.connect(old / "index.db")
+    for migration in MIGRATIONS[:start]:
+        conn.executescript(migration)
+    conn.execute(f"PRAGMA user_version={start}")
+    conn.commit()
+    conn.close()
+    Store(old).close()
+    Store(tmp_path / "fresh").close()
+    assert schema(old / "index.db") == schema(tmp_path / "fresh" / "index.db")
+    assert sqlite3.connect(old / "index.db").execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
 
 
 def vec(seed, dim=8):
