@@ -7,7 +7,7 @@ Embedding a million photos would take days of CNN, so the library is written dir
 --root (1,000 per folder, each with distinct bytes, named .jpg) and an index whose rows carry their real size,
 mtime and blake2b hash, and float16 vectors drawn from a Gaussian mixture fitted to the shipped model's Flickr8k
 photo vectors (bench/real_vectors.py), written with the library's Store; the vector files are then built by the
-library's own `vector_index.sync`. Then, as subprocesses, the installed `imgtxt index ROOT` command (peak RSS and
+library's own `vector_build.sync`. Then, as subprocesses, the installed `imgtxt index ROOT` command (peak RSS and
 CPU = user + sys, by GNU time):
   1. a rerun with nothing changed: must open no photo and rewrite no vector file (mtime checked);
   2. a run after adding 1% new files (copies of indexed photos' bytes, so their vectors are reused without the
@@ -53,7 +53,7 @@ def write_files(root: Path, start: int, stop: int, name=lambda i: f"{i:09}.jpg",
 
 
 def build_library(root: Path, index_dir: Path, size: int, model, work: Path) -> None:
-    from imgtxt import vector_index
+    from imgtxt import vector_build
     from imgtxt.store import Store, now_iso, now_precise
 
     mixture = FittedMixture(np.concatenate([photo_vectors(model, work, "train"), photo_vectors(model, work, "val")]))
@@ -73,7 +73,7 @@ def build_library(root: Path, index_dir: Path, size: int, model, work: Path) -> 
     store.set_meta(model_id=model.model_id, model_folder=str(Path(model.folder).resolve()),
                    similarity=model.similarity_kind, embed_dim=dim, last_run=now_iso(), photos=size)
     t, c = time.perf_counter(), time.process_time()
-    synced = vector_index.sync(store, model.model_id, dim, model.similarity_kind)
+    synced = vector_build.sync(store, model.model_id, dim, model.similarity_kind)
     print(f"full vector index build of {size:,} photos: {time.perf_counter() - t:.1f} s ({time.process_time() - c:.1f} "
           f"s CPU in this process): {synced.line()}")
     store.close()

@@ -32,7 +32,7 @@ from index_speed import REPO, pick_model  # noqa: E402
 
 def fake_index(index_dir: Path, model, n: int) -> float:
     """Write n synthetic photos into an index; returns the vector index build time in seconds."""
-    from imgtxt import vector_index
+    from imgtxt import vector_build
     from imgtxt.store import Store, encode_vector, now_iso
 
     dim = model.config["joint"]["embed_dim"]
@@ -47,7 +47,7 @@ def fake_index(index_dir: Path, model, n: int) -> float:
                   "width": 4000, "height": 3000, "embedding": encode_vector(v), "model_id": model.model_id,
                   "indexed_at": now_iso()} for i, v in enumerate(vectors)), batch_size=1000)
     t = time.perf_counter()
-    count = vector_index.sync(store, model.model_id, dim, model.similarity_kind).live
+    count = vector_build.sync(store, model.model_id, dim, model.similarity_kind).live
     build = time.perf_counter() - t
     store.set_meta(model_id=model.model_id, model_folder=str(Path(model.folder).resolve()),
                    similarity=model.similarity_kind, embed_dim=dim, last_run=now_iso(), photos=count)

@@ -6,7 +6,7 @@
 The library: the shipped model's 7,000 real Flickr8k train+val photo vectors plus synthetic ones drawn from a
 Gaussian mixture fitted to them (bench/real_vectors.py) up to the size. The queries: real val caption vectors
 (what `imgtxt search` sends) and real val photo vectors (`imgtxt similar`). Both search structures are written by
-the library's own `vector_index.write_build` into a folder under --work and searched through `VectorIndex`,
+the library's own `vector_build.write_build` into a folder under --work and searched through `VectorIndex`,
 the object `imgtxt search` uses (files in the page cache, as for any search after the first).
 
 For each size prints: the build time; exact search over the memory-mapped matrix; the k-means cells with a few
@@ -65,7 +65,7 @@ def main() -> None:
 
     import os
 
-    from imgtxt import vector_index
+    from imgtxt import vector_build, vector_index
 
     model = load_model(args.model)
     real = np.concatenate([photo_vectors(model, args.work, "train"), photo_vectors(model, args.work, "val")])
@@ -90,7 +90,7 @@ def main() -> None:
         chunks = ((np.arange(s, min(s + 65536, n)) + 1, library[s:s + 65536]) for s in range(0, n, 65536))
         saved, vector_index.EXACT_MAX = vector_index.EXACT_MAX, 0          # build the cells at every size
         t, c = time.perf_counter(), time.process_time()
-        record = vector_index.write_build(folder, "bench", chunks, "bench", library.shape[1], n, spherical=True)
+        record = vector_build.write_build(folder, "bench", chunks, "bench", library.shape[1], n, spherical=True)
         build, build_cpu = time.perf_counter() - t, time.process_time() - c
         vector_index.EXACT_MAX = saved
         index = vector_index.VectorIndex(folder, record)

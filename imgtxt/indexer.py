@@ -6,7 +6,7 @@
 - gone from disk: removed. A photo whose old path is gone and whose content reappears elsewhere is a move.
 Every batch is one SQLite transaction, so `kill -9` loses at most the batch in flight; the rerun sees the
 committed photos as unchanged. The vector search files follow SQLite at the end of a complete run, writing
-only what changed (vector_index.sync).
+only what changed (vector_build.sync).
 
 A run only ever touches rows under its own roots: photos of other folders (an unplugged drive) are never
 opened nor removed, and a root that is missing or empty although it held photos keeps them unless
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import vector_index
+from . import vector_build
 from .images import ImageError, NotRegularFile, in_order, load_rgb, open_regular, register_heif, regular_opener
 from .index_folder import IndexLock, open_rebuild_store, swap_in_rebuild
 from .output import printable
@@ -405,7 +405,7 @@ class IndexRun:
                 store.put_skipped(problem.path, problem.reason)
         dim = self.model.config["joint"]["embed_dim"]
         try:
-            synced = vector_index.sync(store, self.model_id, dim, self.model.similarity_kind)
+            synced = vector_build.sync(store, self.model_id, dim, self.model.similarity_kind)
         except OSError as e:  # disk full while writing the vector files: the database is complete, the old files stay
             raise write_error(store.index_dir, e) from None
         summary.indexed, summary.vector_index = synced.live, synced.line()

@@ -179,7 +179,7 @@ class Library:
 
     def _keep_committed(self, model: TrainedModel, roots: list[str]) -> int:
         """After Ctrl-C: make the committed photos searchable (vector files + meta), as a finished run would."""
-        from . import vector_index
+        from . import vector_build
         from .indexer import IndexLock
         from .store import Store, now_iso
 
@@ -189,7 +189,7 @@ class Library:
                 saved = store.count_photos(model.model_id)
                 if store.meta().get("model_id") in (None, model.model_id):  # never hide another model's index
                     dim = model.config["joint"]["embed_dim"]
-                    count = vector_index.sync(store, model.model_id, dim, model.similarity_kind).live
+                    count = vector_build.sync(store, model.model_id, dim, model.similarity_kind).live
                     store.set_meta(model_id=model.model_id, model_folder=str(Path(model.folder).resolve()),
                                    similarity=model.similarity_kind, embed_dim=dim, last_run=now_iso(),
                                    photos=count)
@@ -223,7 +223,7 @@ class Library:
     @_database_errors
     def forget(self, path: Path | str) -> int:
         """Remove a photo, or every photo under a folder, from the index (never from disk). Returns how many."""
-        from . import vector_index
+        from . import vector_build
         from .indexer import IndexLock
         from .photo_paths import is_under
         from .store import Store
@@ -243,7 +243,7 @@ class Library:
                     store.remove_skipped(skipped)
                 if meta.get("model_id"):
                     # Removed photos stay in the vector files as dead ids (SQLite drops them) until too many do.
-                    count = vector_index.sync(store, meta["model_id"], int(meta["embed_dim"]), meta["similarity"]).live
+                    count = vector_build.sync(store, meta["model_id"], int(meta["embed_dim"]), meta["similarity"]).live
                     store.set_meta(photos=count)
                 self._write_folders(store, remove=key)
             finally:

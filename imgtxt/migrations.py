@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from pathlib import Path
 
 from .photo_paths import path_bytes, path_key
 

@@ -87,7 +87,7 @@ def now_iso() -> str:
 
 
 def now_precise() -> str:
-    """indexed_at: to the microsecond, so that vector_index.sync can tell rows written after its last pass
+    """indexed_at: to the microsecond, so that vector_build.sync can tell rows written after its last pass
     ("...:05.000001+00:00" sorts after "...:05+00:00", which older versions wrote)."""
     return datetime.now(timezone.utc).isoformat(timespec="microseconds")
 
@@ -299,7 +299,7 @@ class Store:
         if cur.rowcount == 0:
             self.db["photos"].insert(row)
         self.db.execute("DELETE FROM skipped WHERE path = ?", [key])
-        # In the same transaction as the vector: the vector files are behind until vector_index.sync clears it.
+        # In the same transaction as the vector: the vector files are behind until vector_build.sync clears it.
         self.db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('vectors_dirty', '1')")
 
     def move_photo(self, photo_id: int, new_path: str, size: int, mtime_ns: int) -> None:

@@ -243,7 +243,7 @@ def test_disk_full_during_a_commit_keeps_the_committed_photos(library, tmp_path,
 
 
 def test_disk_full_while_saving_the_vector_file(library, tmp_path, monkeypatch):
-    from imgtxt import vector_index
+    from imgtxt import vector_build
 
     write_photo(tmp_path / "p" / "0.jpg", seed=0)
     library.run("index", tmp_path / "p", "-q")
@@ -253,14 +253,14 @@ def test_disk_full_while_saving_the_vector_file(library, tmp_path, monkeypatch):
     def no_space(path):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    real_fsync = vector_index._fsync
-    monkeypatch.setattr(vector_index, "_fsync", no_space)
+    real_fsync = vector_build._fsync
+    monkeypatch.setattr(vector_build, "_fsync", no_space)
     result = library.run("index", tmp_path / "p", ok=False)
     assert result.exit_code == 1 and one_line(result.stderr) and "No space left" in result.stderr
     # No half-written file left: the build went to a .tmp that is removed; rows appended to the .add file before
     # the rebuild was chosen are past its recorded length, ignored by searches and cut by the next run.
     assert sorted(p.name for p in library.index.glob("vectors-*") if p.suffix != ".add") == before
-    monkeypatch.setattr(vector_index, "_fsync", real_fsync)   # not undo(): that would drop the fixture's index env
+    monkeypatch.setattr(vector_build, "_fsync", real_fsync)   # not undo(): that would drop the fixture's index env
     out = library.subprocess("search", "a dog", "--json")               # the old files, still valid
     assert out.returncode == 0 and len(out.stdout.splitlines()) >= 1 and not out.stderr.strip(), out.stderr
     assert summary_of(library.run("index", tmp_path / "p", "--json", "-q"))["indexed"] == 2

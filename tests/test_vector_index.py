@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 
-from imgtxt import vector_index
+from imgtxt import vector_build, vector_index
 from imgtxt.modelfile import order_scores
 from imgtxt.store import Store, decode_vectors, open_readonly, read_meta
 
@@ -59,17 +59,17 @@ def same(hits, expected) -> bool:
 def test_unchanged_runs_write_nothing_and_additions_are_appended(tmp_path):
     store = Store(tmp_path)
     add(store, clustered(300, 0))
-    synced = vector_index.sync(store, "m", DIM, "cosine")
+    synced = vector_build.sync(store, "m", DIM, "cosine")
     assert (synced.action, synced.live) == ("rebuilt", 300) and "there was none" in synced.reason
     before = files(tmp_path)
     assert len(before) == 1
 
     time.sleep(0.01)
-    assert vector_index.sync(store, "m", DIM, "cosine").action == "unchanged"
+    assert vector_build.sync(store, "m", DIM, "cosine").action == "unchanged"
     assert files(tmp_path) == before                                     # not rewritten: same mtime, inode, size
 
     add(store, clustered(20, 1), start=300)                               # +7%: appended, the build is kept
-    synced = vector_index.sync(store, "m", DIM, "cosine")
+    synced = vector_build.sync(store, "m", DIM, "cosine")
     assert (synced.action, synced.rows, synced.live) == ("appended", 20, 320)
     after = files(tmp_path)
     main = next(name for name in before)
@@ -80,14 +80,14 @@ def test_unchanged_runs_write_nothing_and_additions_are_appended(tmp_path):
     # A photo re-embedded in place keeps its id; its appended row answers, not the one in the build.
     target = clustered(1, 8)[0]
     store.put_photo("/p/000005.jpg", 2, 2, "new", 1, 1, target, "m")
-    assert vector_index.sync(store, "m", DIM, "cosine").action == "appended"
+    assert vector_build.sync(store, "m", DIM, "cosine").action == "appended"
     hits = search(tmp_path, target, 3)[1]
     assert hits[0][0] == 6 and hits[0][1] == pytest.approx(1.0, abs=1e-3)   # ids start at 1
     assert [i for i, _ in hits].count(6) == 1
 
     # Removals change only the recorded count; the dead ids are over-fetched and dropped by the caller.
     store.remove_photos([f"/p/{i:06}.jpg" for i in range(10)])
-    assert vector_index.sync(store, "m", DIM, "cosine").action == "unchanged"
+    assert vector_build.sync(store, "m", DIM, "cosine").action == "unchanged"
     vectors, hits = search(tmp_path, query, 10)
     assert len(vectors) == 310 and vectors.dead >= 10
     assert same(hits, exact(tmp_path, query, 10))
@@ -96,25 +96,25 @@ def test_unchanged_runs_write_nothing_and_additions_are_appended(tmp_path):
 def test_many_additions_or_another_model_rebuild_and_old_files_go(tmp_path):
     store = Store(tmp_path)
     add(store, clustered(100, 0))
-    vector_index.sync(store, "m", DIM, "cosine")
+    vector_build.sync(store, "m", DIM, "cosine")
     old = set(files(tmp_path))
     add(store, clustered(30, 1), start=100)                               # 30% > REBUILD_FRACTION
-    synced = vector_index.sync(store, "m", DIM, "cosine")
+    synced = vector_build.sync(store, "m", DIM, "cosine")
     assert synced.action == "rebuilt" and "added or changed" in synced.reason
     assert not old & set(files(tmp_path)) and len(files(tmp_path)) == 1
     add(store, clustered(130, 2), model="m2")                             # every row re-embedded by another model
-    synced = vector_index.sync(store, "m2", DIM, "cosine")
+    synced = vector_build.sync(store, "m2", DIM, "cosine")
     assert synced.action == "rebuilt" and "model changed" in synced.reason
     assert all("-m2-" in name for name in files(tmp_path))
     store.remove_photos([f"/p/{i:06}.jpg" for i in range(130)])
-    assert vector_index.sync(store, "m2", DIM, "cosine").action == "empty" and files(tmp_path) == {}
+    assert vector_build.sync(store, "m2", DIM, "cosine").action == "empty" and files(tmp_path) == {}
 
 
 @pytest.mark.parametrize("damage", ["truncate", "delete", "record"])
 def test_files_that_do_not_match_the_record_are_never_mapped(tmp_path, damage):
     store = Store(tmp_path)
     add(store, clustered(200, 0))
-    vector_index.sync(store, "m", DIM, "cosine")
+    vector_build.sync(store, "m", DIM, "cosine")
     (path,) = tmp_path.glob("vectors-*.vec")
     if damage == "truncate":
         os.truncate(path, path.stat().st_size - 8)
@@ -126,7 +126,7 @@ def test_files_that_do_not_match_the_record_are_never_mapped(tmp_path, damage):
     vectors, hits = search(tmp_path, query, 10)
     assert isinstance(vectors, vector_index.ExactFromRows)               # answered from SQLite instead
     assert same(hits, exact(tmp_path, query, 10))
-    synced = vector_index.sync(store, "m", DIM, "cosine")                 # the next run repairs it
+    synced = vector_build.sync(store, "m", DIM, "cosine")                 # the next run repairs it
     assert synced.action == "rebuilt" and "did not match" in synced.reason
     assert isinstance(search(tmp_path, query, 10)[0], vector_index.VectorIndex)
 
@@ -135,9 +135,9 @@ def test_files_that_do_not_match_the_record_are_never_mapped(tmp_path, damage):
 def test_garbled_files_of_the_right_size_are_caught_by_their_digest_with_a_notice(tmp_path, damage):
     store = Store(tmp_path)
     add(store, clustered(200, 0))
-    vector_index.sync(store, "m", DIM, "cosine")
+    vector_build.sync(store, "m", DIM, "cosine")
     add(store, clustered(5, 1), start=200)
-    assert vector_index.sync(store, "m", DIM, "cosine").action == "appended"
+    assert vector_build.sync(store, "m", DIM, "cosine").action == "appended"
     (path,) = tmp_path.glob("vectors-*.vec" if damage == "garble-vec" else "vectors-*.add")
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0xFF                                         # one byte: same size, other content
@@ -149,7 +149,7 @@ def test_garbled_files_of_the_right_size_are_caught_by_their_digest_with_a_notic
     assert len(notices) == 1 and "damaged" in notices[0] and "imgtxt index" in notices[0]
     query = clustered(1, 5)[0]
     assert same(search(tmp_path, query, 10)[1], exact(tmp_path, query, 10))
-    assert vector_index.sync(store, "m", DIM, "cosine").action == "rebuilt"
+    assert vector_build.sync(store, "m", DIM, "cosine").action == "rebuilt"
 
 
 def test_an_index_of_the_annoy_versions_is_searched_exactly_then_rebuilt(tmp_path):
@@ -170,7 +170,7 @@ def test_an_index_of_the_annoy_versions_is_searched_exactly_then_rebuilt(tmp_pat
     assert isinstance(found, vector_index.ExactFromRows) and len(notices) == 1
     query = clustered(1, 5)[0]
     assert same(search(tmp_path, query, 10)[1], exact(tmp_path, query, 10))
-    synced = vector_index.sync(store, "m", DIM, "cosine")
+    synced = vector_build.sync(store, "m", DIM, "cosine")
     assert synced.action == "rebuilt" and synced.reason == "there was none"
     assert {p.suffix for p in tmp_path.glob("vectors-*")} == {".vec"}
     assert isinstance(search(tmp_path, query, 10)[0], vector_index.VectorIndex)
@@ -180,9 +180,9 @@ def test_an_index_of_the_annoy_versions_is_searched_exactly_then_rebuilt(tmp_pat
 def test_a_run_killed_after_appending_leaves_a_tail_that_is_ignored_then_cut(tmp_path):
     store = Store(tmp_path)
     add(store, clustered(200, 0))
-    vector_index.sync(store, "m", DIM, "cosine")
+    vector_build.sync(store, "m", DIM, "cosine")
     add(store, clustered(5, 1), start=200)
-    vector_index.sync(store, "m", DIM, "cosine")
+    vector_build.sync(store, "m", DIM, "cosine")
     (tail,) = tmp_path.glob("vectors-*.add")
     size = tail.stat().st_size
     with open(tail, "ab") as f:                                           # appended, then killed before meta
@@ -190,7 +190,7 @@ def test_a_run_killed_after_appending_leaves_a_tail_that_is_ignored_then_cut(tmp
     vectors, _ = search(tmp_path, clustered(1, 2)[0], 5)
     assert isinstance(vectors, vector_index.VectorIndex) and len(vectors.add_ids) == 5
     add(store, clustered(1, 3), start=205)
-    vector_index.sync(store, "m", DIM, "cosine")
+    vector_build.sync(store, "m", DIM, "cosine")
     assert tail.stat().st_size == size + vector_index.add_row_dtype(DIM).itemsize
 
 
@@ -199,7 +199,7 @@ def test_cells_above_exact_max_find_the_true_neighbours(tmp_path, monkeypatch):
     monkeypatch.setattr(vector_index, "CELL_SIZE", 64)
     store = Store(tmp_path)
     add(store, clustered(3000, 0))
-    vector_index.sync(store, "m", DIM, "cosine")
+    vector_build.sync(store, "m", DIM, "cosine")
     vectors = search(tmp_path, clustered(1, 1)[0], 1)[0]
     assert isinstance(vectors, vector_index.VectorIndex) and len(vectors.centroids) == 47
     starts = np.asarray(vectors.starts)
@@ -223,7 +223,7 @@ def test_order_similarity_is_scored_by_the_models_own_function(tmp_path):
     store = Store(tmp_path)
     vectors = np.abs(clustered(300, 0))
     add(store, vectors)
-    vector_index.sync(store, "m", DIM, "order")
+    vector_build.sync(store, "m", DIM, "order")
     conn = open_readonly(tmp_path)
     index = vector_index.open_vectors(tmp_path, read_meta(conn), conn, "m", DIM)
     query = np.abs(clustered(1, 4))
