@@ -8,16 +8,17 @@ __version__ = "0.1.0"
 
 from .errors import ImgtxtError, Interrupted  # noqa: E402
 
-_LIBRARY_NAMES = ("Library", "PhotoMatch", "CaptionMatch", "Folder", "Status", "PhotoRecord")
+_MODULE_OF = {"Library": ".library", "PhotoMatch": ".results", "CaptionMatch": ".results", "Folder": ".results",
+              "Status": ".results", "PhotoRecord": ".results"}
 
 
 def __getattr__(name: str):
     # The library (and numpy with it) loads on first use, so `imgtxt --version` stays instant.
-    if name in _LIBRARY_NAMES:
+    if name in _MODULE_OF:
         import importlib
 
-        return getattr(importlib.import_module(".library", __name__), name)
+        return getattr(importlib.import_module(_MODULE_OF[name], __name__), name)
     raise AttributeError(f"module 'imgtxt' has no attribute {name!r}")
 
 
-__all__ = ["ImgtxtError", "Interrupted", *_LIBRARY_NAMES]
+__all__ = ["ImgtxtError", "Interrupted", *_MODULE_OF]

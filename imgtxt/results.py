@@ -1,0 +1,61 @@
+"""What the library API returns: plain dataclasses (library.py fills them; the CLI, --json and the web app
+print them)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class PhotoMatch:
+    rank: int
+    score: float
+    path: str
+    id: int                                             # the photo's row id in the index
+    copies: list[str] = field(default_factory=list)     # other indexed paths with the same bytes
+    real: str | None = None                             # the path to open, when it differs from `path`
+
+    @property
+    def value(self) -> str:  # what output.print_hits prints
+        return self.path
+
+
+@dataclass
+class CaptionMatch:
+    rank: int
+    score: float
+    text: str
+
+    @property
+    def value(self) -> str:
+        return self.text
+
+
+@dataclass
+class Folder:
+    path: str
+    photos: int
+
+
+@dataclass
+class Status:
+    photos: int
+    skipped: int
+    model: str | None
+    index_dir: str
+    db: str
+    last_run: str | None
+    folders: list[Folder]
+
+    def as_dict(self) -> dict:
+        out = dict(self.__dict__)
+        out["folders"] = [{"path": f.path, "photos": f.photos} for f in self.folders]
+        return out
+
+
+@dataclass
+class PhotoRecord:
+    id: int
+    path: str
+    hash: str
+    width: int | None
+    height: int | None
