@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import re
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -27,6 +26,7 @@ import numpy as np
 from . import text_encoders
 from .errors import ImgtxtError
 from .fne import FeatureStats, full_network_embedding, l2_normalize
+from .tensor_file import LazyTensors
 
 FORMAT, FORMAT_VERSION = "imgtxt-model", 1
 IMAGE_PROJECTION = "image_projection"
@@ -146,75 +146,6 @@ def save_model(folder: Path | str, weights: dict[str, np.ndarray], vocab, config
     digest = hashlib.sha256((folder / "model.safetensors").read_bytes()).hexdigest()
     doc = {"format": FORMAT, "version": FORMAT_VERSION, **config, "weights_sha256": digest}
     (folder / "model.json").write_text(json.dumps(doc, indent=2), encoding="utf-8")
-
-
-class LazyTensors:
-    """name -> float array from a memory-mapped safetensors file, read on first access (int8 ones dequantized)."""
-
-    def __init__(self, path: Path):
-        from safetensors import safe_open
-
-        self.path = path
-        self._file = safe_open(str(path), framework="numpy")  # validates the file; names; fallback reads
-        self._names = set(self._file.keys())
-        self._views = _mapped_views(path)
-
-    def __contains__(self, name: str) -> bool:
-        return name in self._names
-
-    def keys(self):
-        return self._names
-
-    def shape(self, name: str) -> tuple[int, ...]:
-        return tuple(self._file.get_slice(name).get_shape())
-
-    def stored(self, name: str) -> np.ndarray:
-        """As stored (fp16 / int8 / fp32); read-only when it is a view of the file."""
-        view = self._views.get(name)
-        return view if view is not None else self._file.get_tensor(name)
-
-    def __getitem__(self, name: str) -> np.ndarray:
-        value = self.stored(name)
-        if name + ".scale" in self._names:
-            return value.astype(np.float32) * self.stored(name + ".scale")[:, None]
-        return value
-
-    def rows(self, name: str, index: np.ndarray) -> np.ndarray:
-        """Some rows as fp32, without converting the whole matrix."""
-        value = self.stored(name)[index].astype(np.float32)
-        if name + ".scale" in self._names:
-            value *= self.stored(name + ".scale")[index][..., None]
-        return value
-
-
-_VIEW_DTYPES = {"F32": np.float32, "F16": np.float16, "I8": np.int8, "I64": np.int64, "I32": np.int32}
-
-
-def _mapped_views(path: Path) -> dict[str, np.ndarray]:
-    """Read-only views into the memory-mapped file, by tensor name (the format: an 8-byte little-endian header
-    length, a JSON header of dtype / shape / data_offsets, the data). safetensors' numpy API copies every tensor
-    out, and a cold search touches 10 MB of int8 weights once: the copies' page faults cost as much as the reading.
-    Tensors of other dtypes, or a file this does not understand, are left to safetensors (`get_tensor`)."""
-    import mmap
-
-    try:
-        with open(path, "rb") as f:
-            header_len = int.from_bytes(f.read(8), "little")
-            header = json.loads(f.read(header_len))
-            buffer = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    except (OSError, ValueError):
-        return {}
-    views, base = {}, 8 + header_len
-    for name, info in header.items():
-        dtype = _VIEW_DTYPES.get(info.get("dtype")) if isinstance(info, dict) else None
-        if dtype is None:
-            continue
-        start, end = info["data_offsets"]
-        count = (end - start) // np.dtype(dtype).itemsize
-        if count != math.prod(info["shape"]) or base + end > len(buffer):
-            return {}
-        views[name] = np.frombuffer(buffer, dtype, count, base + start).reshape(info["shape"])
-    return views
 
 
 # CNNs already loaded in this process, by model id: loading the same model folder twice (tests, a server)

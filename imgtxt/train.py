@@ -150,7 +150,7 @@ def _save_best(model: JointModel, data: TrainData, cfg: TrainConfig, folder: Pat
 
 
 def _load_weights(model: JointModel, folder: Path) -> None:
-    from .modelfile import LazyTensors
+    from .tensor_file import LazyTensors
 
     tensors = LazyTensors(folder / "model.safetensors")
     model.import_tensors({k: torch.from_numpy(np.array(tensors[k], dtype=np.float32)) for k in tensors.keys()
