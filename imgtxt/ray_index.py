@@ -50,7 +50,7 @@ class EmbedWorker:
     def embed(self, paths: list[str]) -> list:
         """photo paths -> [(vector bytes, width, height) or an error string], in order."""
         from .images import ImageError, in_order
-        from .indexer import Work, decode
+        from .photo_work import Work, decode
 
         works = [Work(path, 0, 0, None) for path in paths]
 

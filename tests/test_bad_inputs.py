@@ -13,7 +13,7 @@ import pytest
 from conftest import write_photo
 from PIL import Image
 
-import imgtxt.indexer
+import imgtxt.photo_work
 
 
 def png_chunk(kind: bytes, data: bytes) -> bytes:
@@ -95,7 +95,7 @@ def test_bad_input_zoo(library, zoo, monkeypatch):
                 raise PermissionError(13, "Permission denied", path)
             return real_open(path, *args, **kwargs)
 
-        monkeypatch.setattr(imgtxt.indexer, "open", open_, raising=False)
+        monkeypatch.setattr(imgtxt.photo_work, "open", open_, raising=False)
     else:
         os.chmod(unreadable, 0)
 
