@@ -301,17 +301,25 @@ def train(run_dir: Path | str, data: TrainData, cfg: TrainConfig, init_from: Pat
 def load_state(path: Path) -> dict:
     """state.pt with torch's safe loader: tensors and plain types only, so a planted file cannot run code
     (the state holds nothing else: numpy's RNG state is a dict of ints, the optimizer's a dict of tensors)."""
+    state = _safe_load(path)
+    if not isinstance(state, dict) or not {"model", "optimizer", "rng", "config"} <= set(state):
+        raise SystemExit(f"{path}: not an imgtxt training state; use a new --run-dir or delete it")
+    return state
+
+
+def _safe_load(path: Path):
     import pickle
 
     try:
-        state = torch.load(path, weights_only=True, map_location="cpu")
+        return torch.load(path, weights_only=True, map_location="cpu")
     except (pickle.UnpicklingError, RuntimeError, EOFError, OSError, ValueError) as e:
         reason = str(e).strip().splitlines()[0] if str(e).strip() else e.__class__.__name__
         raise SystemExit(f"{path}: not a training state imgtxt can load safely ({reason[:200]}); "
                          f"use a new --run-dir or delete it") from None
-    if not isinstance(state, dict) or not {"model", "optimizer", "rng", "config"} <= set(state):
-        raise SystemExit(f"{path}: not an imgtxt training state; use a new --run-dir or delete it")
-    return state
+
+
+def _load_snapshots(run_dir: Path) -> list[dict]:
+    return [_safe_load(p) for p in sorted((run_dir / "snapshots").glob("*.pt"))]
 
 
 def _trainable_state(model: JointModel) -> dict[str, torch.Tensor]:
@@ -338,7 +346,7 @@ def _average_snapshots(model: JointModel, data: TrainData, cfg: TrainConfig, run
                        val_text: TextInputs) -> dict:
     """Average the kept epochs' weights (a cheap ensemble, as in stochastic weight averaging); the average
     replaces the best model only when its val rsum is higher."""
-    snaps = [torch.load(p, weights_only=True, map_location="cpu") for p in sorted((run_dir / "snapshots").glob("*.pt"))]
+    snaps = _load_snapshots(run_dir)
     if len(snaps) < 2:
         return best
     _load_weights(model, run_dir / "best")  # frozen weights are the same in every epoch
@@ -373,11 +381,13 @@ def average_saved_snapshots(run_dir: Path | str, out: Path | str) -> list[int]:
     from .modelfile import TrainedModel, save_model
 
     run_dir = Path(run_dir)
+    snaps = _load_snapshots(run_dir)
+    if not snaps:
+        raise SystemExit(f"{run_dir / 'snapshots'}: no snapshots to average (train with --average-best K > 1)")
     best = TrainedModel.load(run_dir / "best")
     joint = JointConfig(**best.config["joint"])
     model = JointModel(joint)
     _load_weights(model, run_dir / "best")
-    snaps = [torch.load(p, weights_only=False, map_location="cpu") for p in sorted((run_dir / "snapshots").glob("*.pt"))]
     with torch.no_grad():
         params = dict(model.named_parameters())
         for name in snaps[0]["state"]:

@@ -228,6 +228,14 @@ def test_training_resumes_with_the_safe_loader_and_refuses_a_planted_pickle(tmp_
         train(tmp_path / "run", data, cfg)
     assert not marker.exists()
 
+    # the offline snapshot average reads the run's snapshots through the same safe loader
+    from imgtxt.train import average_saved_snapshots
+    (tmp_path / "run" / "snapshots").mkdir(exist_ok=True)
+    torch.save({"state": Planted(str(marker)), "epoch": 1}, tmp_path / "run" / "snapshots" / "planted.pt")
+    with pytest.raises(SystemExit, match="not a training state imgtxt can load safely"):
+        average_saved_snapshots(tmp_path / "run", tmp_path / "averaged")
+    assert not marker.exists()
+
 
 # ------------------------------------------------------------------------------ 14. control characters in names
 
