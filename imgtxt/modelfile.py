@@ -83,18 +83,27 @@ def check_config(config, where: Path) -> None:
 
 
 def check_shapes(tensors, config: dict, path: Path) -> None:
-    """The image side's and the GRU's weight shapes against model.json, at load: not after half a minute of CNN
-    work (other text kinds check theirs when their runtime is built)."""
+    """The image side's, the GRU's and the text kinds' declared weight shapes against model.json, at load: not
+    after half a minute of CNN work or at the first query (int8 matrices' row scales too)."""
     joint, raw_dim = config["joint"], config["features"]["raw_dim"]
     h = joint["embed_dim"]
     expected = {"image_projection": (h, joint["image_dim"]), "fne.mean": (raw_dim,), "fne.std": (raw_dim,)}
-    if text_encoders.text_config_of(config)["kind"] == "gru" and joint.get("word_dim"):
+    text_config = text_encoders.text_config_of(config)
+    if text_config["kind"] == "gru" and joint.get("word_dim"):
         w = joint["word_dim"]
         expected.update({"gru.weight_ih": (3 * h, w), "gru.weight_hh": (3 * h, h), "gru.bias_ih": (3 * h,),
                          "gru.bias_hh": (3 * h,)})
+    expected.update(text_encoders.tensor_shapes(text_config, h))
     for name, shape in expected.items():
-        if name in tensors and tensors.shape(name) != shape:
-            raise ModelError(f"{path}: tensor {name} has shape {tensors.shape(name)}, model.json says {shape}")
+        if name not in tensors:
+            continue
+        found = tensors.shape(name)
+        if len(found) != len(shape) or any(s is not None and f != s for f, s in zip(found, shape)):
+            said = tuple("any" if s is None else s for s in shape)
+            raise ModelError(f"{path}: tensor {name} has shape {found}, model.json says {said}")
+        if name + ".scale" in tensors and tensors.shape(name + ".scale") != found[:1]:
+            raise ModelError(f"{path}: tensor {name}.scale has shape {tensors.shape(name + '.scale')}, "
+                             f"expected {found[:1]}")
 
 
 

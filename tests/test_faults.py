@@ -311,6 +311,29 @@ def test_a_malformed_model_is_refused_at_load(tiny_model_dir, tmp_path, library,
     assert result.exit_code == 1 and one_line(result.stderr) and "unusable model" in result.stderr
 
 
+@pytest.mark.parametrize("name, tensor_edit, message", [
+    ("head", lambda t: t.update({"text_head.linear.weight": t["text_head.linear.weight"][:, :-1]}),
+     "tensor text_head.linear.weight has shape"),
+    ("int8-layer", lambda t: t.update({"minilm.encoder.layer.5.output.dense.weight":
+                                       t["minilm.encoder.layer.5.output.dense.weight"][:, :100]}),
+     "tensor minilm.encoder.layer.5.output.dense.weight has shape"),
+    ("int8-scale", lambda t: t.update({"minilm.encoder.layer.0.intermediate.dense.weight.scale":
+                                       t["minilm.encoder.layer.0.intermediate.dense.weight.scale"][:7]}),
+     "weight.scale has shape"),
+])
+def test_a_minilm_model_with_a_wrong_tensor_is_refused_at_load(tmp_path, library, name, tensor_edit, message):
+    """The shipped kind's text tensors are checked when the model loads, not when the first query runs."""
+    from imgtxt.modelfile import ModelError, TrainedModel
+    from imgtxt.paths import default_model_dir
+
+    folder = edit_model(default_model_dir(), tmp_path / name, None, tensor_edit)
+    with pytest.raises(ModelError, match=message):
+        TrainedModel.load(folder)
+    write_photo(tmp_path / "p" / "0.jpg", seed=0)
+    result = library.run("index", tmp_path / "p", "--model", folder, ok=False)
+    assert result.exit_code == 1 and one_line(result.stderr) and "unusable model" in result.stderr, result.stderr
+
+
 def test_the_backbone_list_matches_the_torch_free_copy():
     from imgtxt.backbones import BACKBONES
     from imgtxt.modelfile import BACKBONE_NAMES

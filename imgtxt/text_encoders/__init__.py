@@ -12,7 +12,8 @@ How to add a kind (e.g. "bow"):
         `encode(token_lists) -> np.ndarray (N, embed_dim) float32`, L2-normalised (the joint adds abs()),
         `sort_key(text) -> int` (cost proxy: captions are batched by it);
       `prepare(train_captions, options: dict) -> TextSetup` (training time: tokenizer, config, files, init weights);
-      `TENSOR_NAMES(text_config) -> list[str]`, the tensors it reads from model.safetensors.
+      `TENSOR_NAMES(text_config) -> list[str]`, the tensors it reads from model.safetensors;
+      optionally `TENSOR_SHAPES(text_config, embed_dim) -> {name: shape}` (None: any size), checked at load.
  2. `<kind>_torch.py` defines `Encoder(text_config, embed_dim)`, an nn.Module with
       `forward(tokens (B,T) int64 right-padded with 0, lengths (B,)) -> (B, embed_dim)` L2-normalised,
       `export_tensors() -> dict[str, Tensor]` under the names the runtime reads,
@@ -64,6 +65,12 @@ def prepare(kind: str, train_captions: list[str], options: dict) -> TextSetup:
 
 def tensor_names(text_config: dict) -> list[str]:
     return list(_module(text_config["kind"]).TENSOR_NAMES(text_config))
+
+
+def tensor_shapes(text_config: dict, embed_dim: int) -> dict[str, tuple]:
+    """Expected tensor shapes (None: any size) for kinds that declare them (`TENSOR_SHAPES`), else {}."""
+    shapes = getattr(_module(text_config["kind"]), "TENSOR_SHAPES", None)
+    return shapes(text_config, embed_dim) if shapes else {}
 
 
 def runtime(text_config: dict, tensors, folder: Path):

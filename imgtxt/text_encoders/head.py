@@ -11,6 +11,14 @@ def head_tensor_names(prefix: str, kind: str) -> list[str]:
     return names
 
 
+def head_tensor_shapes(prefix: str, kind: str, in_dim: int, out_dim: int, hidden: int = 0) -> dict[str, tuple]:
+    shapes = {f"{prefix}.linear.weight": (out_dim, in_dim), f"{prefix}.linear.bias": (out_dim,)}
+    if kind == "mlp":
+        shapes.update({f"{prefix}.hidden.weight": (hidden, in_dim), f"{prefix}.hidden.bias": (hidden,),
+                       f"{prefix}.out.weight": (out_dim, hidden), f"{prefix}.out.bias": (out_dim,)})
+    return shapes
+
+
 class NumpyHead:
     def __init__(self, tensors, prefix: str, kind: str):
         self.kind = kind

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from . import TextSetup
-from .head import NumpyHead, head_tensor_names
+from .head import NumpyHead, head_tensor_names, head_tensor_shapes
 
 PREFIX, HEAD_PREFIX = "minilm.", "text_head"
 ARCH = {"layers": 6, "hidden": 384, "heads": 12, "intermediate": 1536, "max_length": 128, "layer_norm_eps": 1e-12}
@@ -39,6 +39,23 @@ def bert_names(layers: int) -> list[str]:
 
 def TENSOR_NAMES(text_config: dict) -> list[str]:  # noqa: N802 (the registry's contract name)
     return [PREFIX + n for n in bert_names(text_config["layers"])] + head_tensor_names(HEAD_PREFIX, text_config["head"])
+
+
+def TENSOR_SHAPES(text_config: dict, embed_dim: int) -> dict[str, tuple]:  # noqa: N802
+    """Expected shapes (None: any size), checked when the model loads rather than at the first query."""
+    h, inner = text_config["hidden"], text_config["intermediate"]
+    per_part = {"attention.self.query": (h, h), "attention.self.key": (h, h), "attention.self.value": (h, h),
+                "attention.output.dense": (h, h), "intermediate.dense": (inner, h), "output.dense": (h, inner),
+                "attention.output.LayerNorm": None, "output.LayerNorm": None}
+    shapes = {"embeddings.word_embeddings.weight": (None, h), "embeddings.position_embeddings.weight": (None, h),
+              "embeddings.token_type_embeddings.weight": (None, h), "embeddings.LayerNorm.weight": (h,),
+              "embeddings.LayerNorm.bias": (h,)}
+    for i in range(text_config["layers"]):
+        for part, weight in per_part.items():
+            shapes[f"encoder.layer.{i}.{part}.weight"] = weight or (h,)
+            shapes[f"encoder.layer.{i}.{part}.bias"] = (weight or (h,))[:1]
+    return {PREFIX + n: shape for n, shape in shapes.items()} | head_tensor_shapes(
+        HEAD_PREFIX, text_config["head"], h, embed_dim, text_config.get("head_hidden", 0))
 
 
 # ------------------------------------------------------------------------------------- training-time sourcing
