@@ -224,22 +224,23 @@ def test_disk_full_during_a_commit_keeps_the_committed_photos(library, tmp_path,
     for i in range(4):
         write_photo(tmp_path / "p" / f"{i}.jpg", seed=i)
     library.run("index", tmp_path / "p", "-q")
-    for i in range(4, 40):
+    for i in range(4, 200):
         write_photo(tmp_path / "p" / f"{i}.jpg", seed=i)
 
-    class FullDisk(Store):   # SQLite's own "database or disk is full" (SQLITE_FULL), a few pages from now
-        def __init__(self, *args, **kwargs):
+    class FullDisk(Store):   # SQLite's own "database or disk is full" (SQLITE_FULL), ~16 KB from now
+        def __init__(self, *args, **kwargs):   # (the tiny model's rows take ~350 B with the indexes: 196 need ~68 KB)
             super().__init__(*args, **kwargs)
-            pages = self.db.execute("PRAGMA page_count").fetchone()[0]
-            self.db.execute(f"PRAGMA max_page_count={pages + 2}")
+            pages, size = (self.db.execute(f"PRAGMA {p}").fetchone()[0] for p in ("page_count", "page_size"))
+            self.db.execute(f"PRAGMA max_page_count={pages + max(1, 16384 // size)}")
 
     monkeypatch.setattr(imgtxt.indexer, "Store", FullDisk)
     result = library.run("index", tmp_path / "p", "--batch-size", "4", ok=False)
     assert result.exit_code == 1 and one_line(result.stderr) and "full" in result.stderr
     conn = sqlite3.connect(library.index / "index.db")
     assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-    assert conn.execute("SELECT count(*) FROM photos").fetchone()[0] >= 4
-    assert len(library.run("search", "a dog", "-n", "50", "--json").stdout.splitlines()) == 4   # old vector files
+    committed = conn.execute("SELECT count(*) FROM photos").fetchone()[0]
+    assert 4 < committed < 200                                  # the batches before the full one stayed
+    assert len(library.run("search", "a dog", "-n", "200", "--json").stdout.splitlines()) == 4  # old vector files
 
 
 def test_disk_full_while_saving_the_vector_file(library, tmp_path, monkeypatch):

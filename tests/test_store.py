@@ -51,6 +51,23 @@ def test_new_store_is_migrated_to_the_current_schema_in_wal_mode(tmp_path):
     Store(tmp_path / "ix").close()  # reopening an up-to-date store applies nothing and keeps working
 
 
+def test_a_new_database_gets_large_pages_and_an_existing_one_keeps_its_own(tmp_path):
+    from imgtxt.store import PAGE_SIZE
+
+    Store(tmp_path / "new").close()
+    assert sqlite3.connect(tmp_path / "new" / "index.db").execute("PRAGMA page_size").fetchone()[0] == PAGE_SIZE
+    (tmp_path / "old").mkdir()
+    with sqlite3.connect(tmp_path / "old" / "index.db") as conn:   # as an earlier imgtxt left it
+        conn.execute("PRAGMA page_size=4096")
+        conn.execute("PRAGMA journal_mode=WAL")
+    store = Store(tmp_path / "old")
+    store.db.conn.execute("INSERT INTO meta (key, value) VALUES ('k', 'v')")
+    store.close()
+    conn = sqlite3.connect(tmp_path / "old" / "index.db")
+    assert conn.execute("PRAGMA page_size").fetchone()[0] == 4096
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+
+
 def test_an_index_from_a_newer_imgtxt_is_refused_with_a_clear_message(tmp_path):
     Store(tmp_path).close()
     conn = sqlite3.connect(tmp_path / "index.db")
