@@ -2,11 +2,13 @@
 run that adds 1%, and the full vector index build.
 
     IMGTXT_CACHE_DIR=/work/cache .venv/bin/python bench/million.py [--size 1000000] [--root /dev/shm/imgtxt-million]
+        [--page-size 4096]    # SQLite's default page size instead of imgtxt's, for comparison
 
 Embedding a million photos would take days of CNN, so the library is written directly: SIZE small files under
 --root (1,000 per folder, each with distinct bytes, named .jpg) and an index whose rows carry their real size,
-mtime and blake2b hash, and float16 vectors drawn from a Gaussian mixture fitted to the shipped model's Flickr8k
-photo vectors (bench/real_vectors.py), written with the library's Store; the vector files are then built by the
+mtime and content hash (imgtxt's own `file_hash`, so copies are recognised), and float16 vectors drawn from a
+Gaussian mixture fitted to the shipped model's Flickr8k photo vectors (bench/real_vectors.py), written with the
+library's Store; the vector files are then built by the
 library's own `vector_build.sync`. Then, as subprocesses, the installed `imgtxt index ROOT` command (peak RSS and
 CPU = user + sys, by GNU time):
   1. a rerun with nothing changed: must open no photo and rewrite no vector file (mtime checked);
@@ -17,10 +19,10 @@ Everything lives under --root and is deleted at the end (--keep keeps it).
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 import time
@@ -30,6 +32,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from real_vectors import REPO, FittedMixture, load_model, photo_vectors  # noqa: E402
+
+from imgtxt.photo_work import file_hash  # noqa: E402
 
 PER_FOLDER = 1000
 
@@ -48,16 +52,21 @@ def write_files(root: Path, start: int, stop: int, name=lambda i: f"{i:09}.jpg",
         data = source(i)
         path.write_bytes(data)
         st = path.stat()
-        rows.append((str(path), st.st_size, st.st_mtime_ns, hashlib.blake2b(data, digest_size=16).hexdigest()))
+        rows.append((str(path), st.st_size, st.st_mtime_ns, file_hash(str(path))))
     return rows
 
 
-def build_library(root: Path, index_dir: Path, size: int, model, work: Path) -> None:
+def build_library(root: Path, index_dir: Path, size: int, model, work: Path, page_size: int | None) -> None:
     from imgtxt import vector_build
     from imgtxt.store import Store, now_iso, now_precise
 
     mixture = FittedMixture(np.concatenate([photo_vectors(model, work, "train"), photo_vectors(model, work, "val")]))
     dim = model.config["joint"]["embed_dim"]
+    if page_size:  # an existing database keeps its page size: create it first with the one asked for
+        index_dir.mkdir(parents=True)
+        with sqlite3.connect(index_dir / "index.db") as conn:
+            conn.execute(f"PRAGMA page_size={int(page_size)}")
+            conn.execute("PRAGMA journal_mode=WAL")
     store = Store(index_dir)
     t = time.perf_counter()
     for start in range(0, size, 50_000):
@@ -76,10 +85,12 @@ def build_library(root: Path, index_dir: Path, size: int, model, work: Path) -> 
     synced = vector_build.sync(store, model.model_id, dim, model.similarity_kind)
     print(f"full vector index build of {size:,} photos: {time.perf_counter() - t:.1f} s ({time.process_time() - c:.1f} "
           f"s CPU in this process): {synced.line()}")
+    pages = store.db.execute("PRAGMA page_size").fetchone()[0]
     store.close()
     db = index_dir / "index.db"
     wal = Path(str(db) + "-wal")
-    print(f"index.db {db.stat().st_size / 1e9:.2f} GB (WAL {wal.stat().st_size / 1e9 if wal.exists() else 0:.2f} GB); "
+    print(f"index.db {db.stat().st_size / 1e9:.2f} GB in {pages // 1024} KB pages "
+          f"(WAL {wal.stat().st_size / 1e9 if wal.exists() else 0:.2f} GB); "
           f"vector files {sum(p.stat().st_size for p in index_dir.glob('vectors-*')) / 1e9:.2f} GB")
 
 
@@ -101,13 +112,15 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=Path("/work/artifacts/scale"))
     ap.add_argument("--model", default=None)
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--page-size", type=int, default=None,
+                    help="SQLite page size of the new index (default: imgtxt's own; 4096 is SQLite's default)")
     args = ap.parse_args()
 
     model = load_model(args.model)
     root, index_dir = args.root, args.root / "index"
     shutil.rmtree(root, ignore_errors=True)
     try:
-        build_library(root, index_dir, args.size, model, args.work)
+        build_library(root, index_dir, args.size, model, args.work, args.page_size)
         command = ["index", str(root / "photos"), "--index", str(index_dir), "--model", str(model.folder),
                    "--json", "--quiet"]
         vector_files = {p.name: p.stat().st_mtime_ns for p in index_dir.glob("vectors-*")}
