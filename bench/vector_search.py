@@ -26,7 +26,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from real_vectors import FittedMixture, caption_vectors, load_model, photo_vectors  # noqa: E402
 
-PROBES = [(8, 0.02), (16, 0.04), (16, 0.06), (24, 0.06), (32, 0.08)]
+PROBES = [(8, 0.02), (16, 0.04), (16, 0.06), (16, 0.08), (32, 0.10)]
 
 
 def exact_top(library: np.ndarray, queries: np.ndarray, k: int = 10, chunk: int = 100_000) -> np.ndarray:
