@@ -8,14 +8,13 @@ five or more `sentences`. Images are looked up in the folder the standard distri
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import ImgtxtError
+from .paths import DATA_ENV
 
 DATASETS = ("flickr8k", "flickr30k", "coco")
-DATA_DIR_ENV = "IMGTXT_DATA_DIR"
 CAPTIONS_PER_IMAGE = 5
 
 # Folders where each distribution keeps its images, tried in order after the JSON's own `filepath`.
@@ -41,11 +40,6 @@ class Split:
 
     def __len__(self) -> int:
         return len(self.image_paths)
-
-
-def default_data_dir(dataset: str) -> Path | None:
-    env = os.environ.get(DATA_DIR_ENV)
-    return Path(env) if env else None
 
 
 def _json_path(data_dir: Path, dataset: str) -> Path:
@@ -74,7 +68,7 @@ def load_split(dataset: str, data_dir: Path | str, split: str, check_images: boo
         raise DatasetError(f"unknown dataset {dataset!r}; known: {', '.join(DATASETS)}")
     data_dir = Path(data_dir)
     if not data_dir.is_dir():
-        raise DatasetError(f"{data_dir}: no such folder (pass --data-dir or set {DATA_DIR_ENV})")
+        raise DatasetError(f"{data_dir}: no such folder (pass --data-dir or set {DATA_ENV})")
     path = _json_path(data_dir, dataset)
     try:
         with open(path, encoding="utf-8") as f:
