@@ -19,9 +19,14 @@ from pathlib import Path
 
 import numpy as np
 
+from .errors import ImgtxtError
 from .store import encode_vector
 
 LOCAL = "local"   # --ray local: start a Ray instance on this machine (tests, trying it out)
+
+
+class ClusterError(ImgtxtError):
+    """Ray is missing, or a worker failed: what committed so far is kept."""
 
 
 class EmbedWorker:
@@ -69,13 +74,17 @@ class EmbedWorker:
         return results
 
 
+def folder_files(model) -> dict[str, bytes]:
+    """Every file of the model folder (model.json, weights, the text kind's vocab.json or tokenizer.json,
+    the caption bank): what TrainedModel.load reads differs by kind, so none is picked by name."""
+    return {p.name: p.read_bytes() for p in Path(model.folder).iterdir() if p.is_file() and p.name != "cnn.onnx"}
+
+
 def model_files(model) -> dict[str, bytes]:
     """The model folder's files for the workers, with the CNN graph (exported here if needed)."""
     from .cnn_runtime import export_to_cache, graph_paths
 
-    folder = Path(model.folder)
-    files = {p.name: p.read_bytes() for p in folder.iterdir()
-             if p.is_file() and p.name in ("model.json", "model.safetensors", "vocab.json")}
+    files = folder_files(model)
     graph = next((p for p in graph_paths(model) if p.is_file()), None) or export_to_cache(model)
     if graph is not None:
         files["cnn.onnx"] = Path(graph).read_bytes()
@@ -98,9 +107,20 @@ def embed_on_ray(run, to_embed: list, address: str, cpus_per_worker: int = 1, in
     try:
         ray = connect(address)
     except ImportError:
-        from .store import StoreError
+        raise ClusterError("--ray needs the ray package: pip install 'imgtxt[ray]'") from None
+    except Exception as e:  # noqa: BLE001 (ray.init raises ConnectionError, ValueError, RuntimeError, ...)
+        reason = (str(e).strip().splitlines() or [e.__class__.__name__])[0]
+        raise ClusterError(f"cannot start or reach Ray at {address!r}: {reason[:300]}") from None
+    try:
+        _embed_chunks(ray, run, to_embed, cpus_per_worker, in_flight)
+    except ray.exceptions.RayError as e:
+        lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+        reason = lines[-1] if lines else e.__class__.__name__   # the worker's own exception comes last
+        raise ClusterError(f"a Ray worker failed: {reason[:300]}; {run.summary.embedded} photos embedded and "
+                           f"saved before it; run `imgtxt index` again to continue") from None
 
-        raise StoreError("--ray needs the ray package: pip install 'imgtxt[ray]'") from None
+
+def _embed_chunks(ray, run, to_embed: list, cpus_per_worker: int, in_flight: int) -> None:
     slots = max(1, int(ray.available_resources().get("CPU", 1)) // cpus_per_worker)
     chunks = [to_embed[s:s + run.batch_size] for s in range(0, len(to_embed), run.batch_size)]
     actor_class = ray.remote(num_cpus=cpus_per_worker)(EmbedWorker)

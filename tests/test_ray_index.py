@@ -45,3 +45,35 @@ def test_ray_vectors_equal_single_process(tmp_path, tiny_model, local_ray):
     again = run_index(tmp_path / "ray", [str(photos)], tiny_model, batch_size=2, log=lambda m: None,
                       ray_address="local")
     assert (again.embedded, again.added, again.unchanged) == (1, 1, 5)
+
+
+@pytest.mark.parametrize("which", ["tiny GRU", "shipped MiniLM"])
+def test_the_workers_get_every_file_the_model_needs(tmp_path, tiny_model, which):
+    """Workers rebuild the model folder from what the driver sends (the MiniLM kind needs tokenizer.json)."""
+    from imgtxt.modelfile import TrainedModel
+    from imgtxt.paths import default_model_dir
+    from imgtxt.ray_index import folder_files
+
+    model = tiny_model if which == "tiny GRU" else TrainedModel.load(default_model_dir())
+    for name, data in folder_files(model).items():
+        (tmp_path / name).write_bytes(data)
+    rebuilt = TrainedModel.load(tmp_path)
+    queries = ["a dog runs on the beach", "two children"]
+    np.testing.assert_array_equal(rebuilt.encode_text(queries), model.encode_text(queries))
+
+
+def test_a_failing_worker_is_one_line_and_keeps_what_was_saved(tmp_path, tiny_model, local_ray, monkeypatch):
+    from imgtxt import ray_index
+    from imgtxt.indexer import run_index
+
+    photos = tmp_path / "photos"
+    for i in range(3):
+        write_photo(photos / f"p{i}.jpg", seed=i)
+    real = ray_index.model_files
+    monkeypatch.setattr(ray_index, "model_files", lambda model: {k: v for k, v in real(model).items()
+                                                                  if k != "model.json"})
+    with pytest.raises(ray_index.ClusterError) as failed:
+        run_index(tmp_path / "ray", [str(photos)], tiny_model, batch_size=2, log=lambda m: None,
+                  ray_address="local")
+    message = str(failed.value)
+    assert "\n" not in message and message.startswith("a Ray worker failed: ") and "model.json" in message, message
