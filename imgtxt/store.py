@@ -32,8 +32,8 @@ INDEX_ENV = "IMGTXT_INDEX_DIR"
 DB_NAME = "index.db"
 QUICK_CHECK_MAX_BYTES = 32 << 20   # a read-only open verifies the file's structure up to this size (~0.1 s)
 # A photos row of the 1024-d default is ~2.2 KB (float16 vector + path + hash): two do not fit a 4 KB page, so
-# SQLite's default left each page half empty (1M photos: 4.35 GB; 2.59 GB in 16 KB pages, which hold seven). Set when the file
-# is created; an existing database keeps its page size.
+# SQLite's default left each page half empty (1M photos: 4.35 GB; 2.59 GB in 16 KB pages, which hold seven).
+# Set when the file is created; an existing database keeps its page size.
 PAGE_SIZE = 16384
 
 
