@@ -8,9 +8,8 @@ Embedding a million photos would take days of CNN, so the library is written dir
 --root (1,000 per folder, each with distinct bytes, named .jpg) and an index whose rows carry their real size,
 mtime and content hash (imgtxt's own `file_hash`, so copies are recognised), and float16 vectors drawn from a
 Gaussian mixture fitted to the shipped model's Flickr8k photo vectors (bench/real_vectors.py), written with the
-library's Store; the vector files are then built by the
-library's own `vector_build.sync`. Then, as subprocesses, the installed `imgtxt index ROOT` command (peak RSS and
-CPU = user + sys, by GNU time):
+library's Store; the vector files are then built by the library's own `vector_build.sync`. Then, as subprocesses,
+the installed `imgtxt index ROOT` command (peak RSS and CPU = user + sys, by GNU time):
   1. a rerun with nothing changed: must open no photo and rewrite no vector file (mtime checked);
   2. a run after adding 1% new files (copies of indexed photos' bytes, so their vectors are reused without the
      CNN): shows what the vector index does with them.
