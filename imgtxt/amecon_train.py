@@ -81,7 +81,7 @@ def evaluate_amecon(folder: Path, dataset: str, data_dir, split: str = "val", ti
                     backbone_weights: str | None = None) -> tuple[dict, np.ndarray]:
     """(standard metrics, scores) of an AMECON model folder on a split."""
     from .fne import FeatureStats
-    from .pipeline import FeatureSettings
+    from .cnn_torch import FeatureSettings
 
     model = amecon.AmeconModel(Path(folder))
     f = model.config["features"]

@@ -74,7 +74,8 @@ def features(dataset, data_dir, splits, backbone, layer_set, crops, precision, b
     """
     from .datasets import load_split
     from .feature_cache import FeatureSpec, cache_root
-    from .pipeline import FeatureSettings, open_extractor, raw_split_features
+    from .pipeline import FeatureSettings, open_extractor
+    from .pipeline import raw_split_features
 
     folder = _dataset(dataset, data_dir)
     settings = FeatureSettings(backbone, layer_set, crops, precision, backbone_weights, runtime)

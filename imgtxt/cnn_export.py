@@ -93,12 +93,12 @@ def export_extractor(extractor, path: Path | str, opset: int = 17) -> Path:
 
 def export_for_model(model, path: Path | str | None = None, backbone_weights: str | None = None) -> Path:
     """Export the CNN of a trained model (its backbone, layer set and crops) next to it or to `path`."""
-    from .modelfile import ModelError
-    from .pipeline import FeatureSettings, open_extractor
+    from .cnn_torch import FeatureSettings, torch_extractor
+    from .errors import ModelError
 
     f = model.features
     settings = FeatureSettings(f["backbone"], f["layer_set"], f["crops"], "fp32", backbone_weights)
-    extractor = open_extractor(settings, device="cpu")
+    extractor = torch_extractor(settings, device="cpu")
     try:
         if extractor.backbone.id != f["backbone_id"] and f["backbone_id"].split("@")[1] != "random":
             raise ModelError(f"the model was trained on {f['backbone_id']} features but this backbone is "

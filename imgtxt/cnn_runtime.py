@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .modelfile import ModelError
+from .errors import ModelError
 
 RUNTIME_ENV = "IMGTXT_CNN_RUNTIME"
 
@@ -34,9 +34,9 @@ def graph_key(features: dict) -> str:
 
 
 def cached_graph_path(features: dict) -> Path:
-    from .feature_cache import cache_root
+    from .paths import cache_dir
 
-    return cache_root() / "cnn" / graph_key(features)
+    return cache_dir() / "cnn" / graph_key(features)
 
 
 def graph_paths(model) -> list[Path]:
@@ -96,7 +96,7 @@ class OnnxFeatureExtractor:
     def _open_openvino(self, threads: int) -> dict:
         import openvino as ov
 
-        from .feature_cache import cache_root
+        from .paths import cache_dir as cache_root
 
         core = ov.Core()
         model = core.read_model(str(self.path))

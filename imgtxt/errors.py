@@ -24,3 +24,7 @@ class UsageError(ImgtxtError):
     """A command line that cannot work as given (a missing --data-dir, an unknown name)."""
 
     exit_code = 2
+
+
+class ModelError(ImgtxtError):
+    """A model folder that is missing, incomplete, or not an imgtxt model."""

@@ -26,7 +26,7 @@ import numpy as np
 from . import vector_build
 from .images import ImageError, in_order, register_heif
 from .index_folder import IndexLock, open_rebuild_store, swap_in_rebuild
-from .output import printable
+from .safe_text import printable
 from .scan import Found, Problem, scan
 from .photo_paths import is_under, path_key
 from .photo_work import Work, decode, hash_work

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from . import text_encoders
-from .errors import ImgtxtError
+from .errors import ImgtxtError, ModelError  # noqa: F401  (ModelError: imported from here too)
 from .fne import FeatureStats, full_network_embedding, l2_normalize
 from .tensor_file import LazyTensors
 
@@ -106,12 +106,6 @@ def check_shapes(tensors, config: dict, path: Path) -> None:
                              f"expected {found[:1]}")
 
 
-
-
-class ModelError(ImgtxtError):
-    """A model folder that is missing, incomplete, or not an imgtxt model."""
-
-
 def default_model_dir() -> Path:
     from .paths import default_model_dir as packaged
 
@@ -170,7 +164,7 @@ class TrainedModel:
     stats: FeatureStats | None
     model_id: str
     _text: object = field(default=None, repr=False)
-    # The CNN part (pipeline.ImageEmbedder, torch): loaded on first use, so text-only work never imports torch.
+    # The CNN part (cnn_torch.ImageEmbedder, torch): loaded on first use, so text-only work never imports torch.
     _cnn: object = field(default=None, init=False, repr=False, compare=False)
     on_cnn_load: object = field(default=None, repr=False, compare=False)  # called before the slow first load
 
@@ -277,7 +271,7 @@ class TrainedModel:
                 self.on_cnn_load()
             embedder = onnx_embedder(self, threads)
             if embedder is None:
-                from .pipeline import ImageEmbedder
+                from .cnn_torch import ImageEmbedder
 
                 embedder = ImageEmbedder(self)
             self._cnn = _LOADED_CNNS[self.model_id] = embedder

@@ -3,7 +3,6 @@ token ids. Used by `imgtxt features`, `train` and `eval`; the modules it calls k
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -11,32 +10,19 @@ import numpy as np
 from .datasets import Split, load_split
 from .fne import HIGH_CUT, LOW_CUT, FeatureStats, full_network_embedding, l2_normalize
 from .vocab import Vocabulary
-
-
-@dataclass
-class FeatureSettings:
-    backbone: str = "efficientnet_lite0"
-    layer_set: str = "all"
-    crops: int = 1
-    precision: str = "auto"
-    backbone_weights: str | None = None   # a file, "random", or None for the backbone's standard weights
-    runtime: str = "torch"                # dataset features: "torch" or "openvino" (the exported graph, fp32)
+from .cnn_torch import FeatureSettings, torch_extractor
 
 
 FEATURE_RUNTIMES = ("torch", "openvino")
 
 
 def open_extractor(settings: FeatureSettings, device: str | None = None):
-    from .backbones import load_backbone
-    from .fne import RawFeatureExtractor
-
+    """Raw features for dataset splits: the torch extractor, or the exported graph on OpenVINO."""
     if settings.runtime not in FEATURE_RUNTIMES:
         raise ValueError(f"feature runtime must be one of {', '.join(FEATURE_RUNTIMES)}, not {settings.runtime!r}")
     if settings.runtime != "torch" and settings.precision != "fp32":
         raise ValueError(f"--runtime {settings.runtime} computes fp32 features only; pass --precision fp32")
-    backbone = load_backbone(settings.backbone, settings.backbone_weights)
-    extractor = RawFeatureExtractor(backbone, settings.layer_set, settings.crops, device=device,
-                                    precision=settings.precision)
+    extractor = torch_extractor(settings, device)
     if settings.runtime == "torch":
         return extractor
     from .graph_features import GraphFeatureExtractor
@@ -127,34 +113,3 @@ def build_training_data(dataset: str, data_dir: Path | str, kind: str, settings:
         vocab=vocab, train_captions=train_split.captions, feature_config=config, stats=stats,
         extra=extra, text_setup=setup,
     )
-
-
-class ImageEmbedder:
-    """Photos -> joint-space vectors with a trained model: its CNN settings, its FNE statistics."""
-
-    def __init__(self, model, device: str | None = None, backbone_weights: str | None = None):
-        from .backbones import BackboneError
-        from .modelfile import ModelError
-
-        f = model.features
-        self.model = model
-        self.settings = FeatureSettings(f["backbone"], f["layer_set"], f["crops"], f["precision"], backbone_weights)
-        try:
-            self.extractor = open_extractor(self.settings, device=device)
-        except (BackboneError, ValueError) as e:  # unknown backbone or layer set, missing weights: one line
-            raise ModelError(f"{model.folder}: cannot build its image network ({e})") from None
-        if self.extractor.backbone.id != f["backbone_id"] and f["backbone_id"].split("@")[1] != "random":
-            raise ModelError(
-                f"the model was trained on {f['backbone_id']} features but this backbone is "
-                f"{self.extractor.backbone.id}; its vectors would be meaningless"
-            )
-        if self.extractor.dim != f["raw_dim"]:
-            raise ModelError(f"backbone gives {self.extractor.dim} features, the model expects {f['raw_dim']}")
-
-    @property
-    def resize_size(self) -> int:
-        return self.extractor.resize_size
-
-    def embed(self, images: np.ndarray) -> np.ndarray:
-        """(B, R, R, 3) uint8 squares from `images.load_square(path, self.resize_size)` -> (B, D)."""
-        return self.model.encode_raw_images(self.extractor(images))

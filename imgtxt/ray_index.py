@@ -45,7 +45,7 @@ class EmbedWorker:
             self.model = TrainedModel.load(folder)
             self.embedder = onnx_embedder(self.model, threads=threads, export=False)
             if self.embedder is None:  # no ONNX runtime on this node: the torch path
-                from .pipeline import ImageEmbedder
+                from .cnn_torch import ImageEmbedder
 
                 self.embedder = ImageEmbedder(self.model)
         finally:

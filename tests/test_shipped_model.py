@@ -39,7 +39,7 @@ def test_shipped_model_on_a_slice_of_flickr8k_val(shipped, tmp_path, monkeypatch
     from imgtxt.datasets import load_split
     from imgtxt.images import load_square
     from imgtxt.metrics import evaluate_scores
-    from imgtxt.pipeline import ImageEmbedder
+    from imgtxt.cnn_torch import ImageEmbedder
 
     split = load_split("flickr8k", FLICKR8K, "val")
     n = 200
