@@ -22,7 +22,7 @@ import numpy as np
 
 
 def squares_of(paths) -> np.ndarray:
-    from imgtxt.images import ImageError, iter_squares
+    from imgtxt.model.images import ImageError, iter_squares
 
     out = []
     for path, square in iter_squares(paths, 256):
@@ -45,12 +45,12 @@ def main() -> None:
     except ImportError:
         raise SystemExit("needs openvino and nncf: pip install nncf") from None
 
-    from imgtxt.cnn_export import export_for_model
-    from imgtxt.datasets import CAPTIONS_PER_IMAGE, load_split
-    from imgtxt.feature_cache import FeatureSpec, cached_features
-    from imgtxt.fne import full_network_embedding
-    from imgtxt.metrics import evaluate_scores
-    from imgtxt.modelfile import TrainedModel
+    from imgtxt.model.cnn_export import export_for_model
+    from imgtxt.model.fne import full_network_embedding
+    from imgtxt.model.modelfile import TrainedModel
+    from imgtxt.research.datasets import CAPTIONS_PER_IMAGE, load_split
+    from imgtxt.research.feature_cache import FeatureSpec, cached_features
+    from imgtxt.research.metrics import evaluate_scores
 
     model = TrainedModel.load(args.model)
     f = model.features

@@ -35,7 +35,7 @@ def smooth_squares(n: int, size: int, seed: int = 0) -> np.ndarray:
 
 
 def decode_cpu_ms(photos: list[Path], size: int) -> float:
-    from imgtxt.images import load_square
+    from imgtxt.model.images import load_square
 
     load_square(photos[0], size)
     start = time.process_time()
@@ -55,8 +55,8 @@ def main() -> None:
 
     from index_speed import make_photos
 
-    from imgtxt.graph_features import GraphFeatureExtractor
-    from imgtxt.pipeline import FeatureSettings, open_extractor
+    from imgtxt.research.graph_features import GraphFeatureExtractor
+    from imgtxt.research.pipeline import FeatureSettings, open_extractor
 
     graphs = {}
     for name, backbone, crops in VARIANTS:

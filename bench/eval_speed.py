@@ -16,8 +16,8 @@ def main() -> None:
     ap.add_argument("--data-dir", default=str(Path(__file__).resolve().parents[2] / "shared" / "data" / "flickr8k"))
     ap.add_argument("--model", default=None)
     args = ap.parse_args()
-    from imgtxt.evaluate import evaluate_model
-    from imgtxt.modelfile import TrainedModel
+    from imgtxt.model.modelfile import TrainedModel
+    from imgtxt.research.evaluate import evaluate_model
 
     model = TrainedModel.load(args.model)
     evaluate_model(model, "flickr8k", args.data_dir, "val", quiet=True)  # make sure features are cached

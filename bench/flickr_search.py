@@ -25,10 +25,10 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=None, help="only the first N images (a quick check)")
     args = parser.parse_args()
 
-    from imgtxt.datasets import load_split
-    from imgtxt.indexer import run_index
-    from imgtxt.modelfile import TrainedModel
-    from imgtxt.query import Index, QueryError, search
+    from imgtxt.library.indexer import run_index
+    from imgtxt.library.query import Index, QueryError, search
+    from imgtxt.model.modelfile import TrainedModel
+    from imgtxt.research.datasets import load_split
 
     model = TrainedModel.load(args.model)
     split = load_split(args.dataset, args.data_dir, args.split)

@@ -25,10 +25,13 @@ def main() -> None:
 
     import torch
 
-    from imgtxt.backbones import load_backbone
-    from imgtxt.fne import FeatureStats, full_network_embedding
-    from imgtxt.fne import RawFeatureExtractor
-    from imgtxt.images import load_square
+    from imgtxt.model.backbones import load_backbone
+    from imgtxt.model.fne import (
+        FeatureStats,
+        RawFeatureExtractor,
+        full_network_embedding,
+    )
+    from imgtxt.model.images import load_square
 
     backbone = load_backbone(args.backbone, None if args.backbone.startswith("efficientnet") else "random")
     folder = Path(__file__).resolve().parents[2] / "shared" / "data" / "flickr8k" / "images"

@@ -45,7 +45,7 @@ with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
 def pick_model(arg: str | None, workdir: Path) -> Path:
     if arg:
         return Path(arg)
-    from imgtxt.modelfile import default_model_dir
+    from imgtxt.model.modelfile import default_model_dir
 
     if (default_model_dir() / "model.json").is_file():
         return default_model_dir()
@@ -114,7 +114,7 @@ def timed(cmd: list[str], env: dict, name: str = "") -> float:
 
 
 def decode_rate(photos: list[Path]) -> float:
-    from imgtxt.images import iter_squares
+    from imgtxt.model.images import iter_squares
 
     start, cpu = time.perf_counter(), _cpu(resource.RUSAGE_SELF)
     for _, square in iter_squares(photos, 256, workers=2):
@@ -133,7 +133,7 @@ def checkout(rev: str, folder: Path) -> Path:
 def cli(root: Path) -> list[str]:
     """`imgtxt index` from the code under root (an editable install's import hook must not pick ours)."""
     code = ("import sys; sys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in type(f).__module__]; "
-            f"sys.path.insert(0, {str(root)!r}); from imgtxt.cli import app; app()")
+            f"sys.path.insert(0, {str(root)!r}); from imgtxt.cli.main import app; app()")
     return [sys.executable, "-c", code, "index"]
 
 

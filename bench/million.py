@@ -32,7 +32,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from real_vectors import REPO, FittedMixture, load_model, photo_vectors  # noqa: E402
 
-from imgtxt.photo_work import file_hash  # noqa: E402
+from imgtxt.library.photo_work import file_hash  # noqa: E402
 
 PER_FOLDER = 1000
 
@@ -56,8 +56,8 @@ def write_files(root: Path, start: int, stop: int, name=lambda i: f"{i:09}.jpg",
 
 
 def build_library(root: Path, index_dir: Path, size: int, model, work: Path, page_size: int | None) -> None:
-    from imgtxt import vector_build
-    from imgtxt.store import Store, now_iso, now_precise
+    from imgtxt.library import vector_build
+    from imgtxt.library.store import Store, now_iso, now_precise
 
     mixture = FittedMixture(np.concatenate([photo_vectors(model, work, "train"), photo_vectors(model, work, "val")]))
     dim = model.config["joint"]["embed_dim"]

@@ -23,14 +23,14 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=None)
     args = ap.parse_args()
 
-    from imgtxt.cnn_export import export_for_model
-    from imgtxt.cnn_runtime import OnnxFeatureExtractor, available_backends
-    from imgtxt.datasets import CAPTIONS_PER_IMAGE, load_split
-    from imgtxt.feature_cache import FeatureSpec, cached_features
-    from imgtxt.fne import full_network_embedding
-    from imgtxt.images import ImageError, iter_squares
-    from imgtxt.metrics import evaluate_scores
-    from imgtxt.modelfile import TrainedModel
+    from imgtxt.model.cnn_export import export_for_model
+    from imgtxt.model.cnn_runtime import OnnxFeatureExtractor, available_backends
+    from imgtxt.model.fne import full_network_embedding
+    from imgtxt.model.images import ImageError, iter_squares
+    from imgtxt.model.modelfile import TrainedModel
+    from imgtxt.research.datasets import CAPTIONS_PER_IMAGE, load_split
+    from imgtxt.research.feature_cache import FeatureSpec, cached_features
+    from imgtxt.research.metrics import evaluate_scores
 
     model = TrainedModel.load(args.model)
     f = model.features

@@ -19,11 +19,11 @@ def main() -> None:
     ap.add_argument("--model", default=None)
     args = ap.parse_args()
 
-    from imgtxt.datasets import CAPTIONS_PER_IMAGE, load_split
-    from imgtxt.fne import full_network_embedding
-    from imgtxt.metrics import evaluate_scores
-    from imgtxt.modelfile import TrainedModel
-    from imgtxt.pipeline import FeatureSettings, raw_split_features
+    from imgtxt.model.fne import full_network_embedding
+    from imgtxt.model.modelfile import TrainedModel
+    from imgtxt.research.datasets import CAPTIONS_PER_IMAGE, load_split
+    from imgtxt.research.metrics import evaluate_scores
+    from imgtxt.research.pipeline import FeatureSettings, raw_split_features
 
     model = TrainedModel.load(args.model)
     f = model.features

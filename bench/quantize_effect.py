@@ -18,9 +18,9 @@ def main() -> None:
     parser.add_argument("--model", required=True)
     args = parser.parse_args()
 
-    from imgtxt.evaluate import evaluate_model
-    from imgtxt.modelfile import TrainedModel, resave_model
-    from imgtxt.text_encoders import tensor_names, text_config_of
+    from imgtxt.model.modelfile import TrainedModel, resave_model
+    from imgtxt.model.text_encoders import tensor_names, text_config_of
+    from imgtxt.research.evaluate import evaluate_model
 
     base = TrainedModel.load(args.model)
     text_names = tensor_names(text_config_of(base.config))

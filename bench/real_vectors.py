@@ -32,8 +32,8 @@ def _cached(path: Path, compute):
 
 
 def raw_features(split_name: str, model, data_dir: Path = DATA_DIR) -> np.ndarray:
-    from imgtxt.datasets import load_split
-    from imgtxt.feature_cache import FeatureSpec, cached_features
+    from imgtxt.research.datasets import load_split
+    from imgtxt.research.feature_cache import FeatureSpec, cached_features
 
     split = load_split("flickr8k", data_dir, split_name)
     f = model.features
@@ -50,7 +50,7 @@ def photo_vectors(model, work: Path, split_name: str) -> np.ndarray:
 
 
 def caption_vectors(model, work: Path, split_name: str = "val", limit: int | None = None) -> np.ndarray:
-    from imgtxt.datasets import load_split
+    from imgtxt.research.datasets import load_split
 
     def compute():
         captions = load_split("flickr8k", DATA_DIR, split_name).captions
@@ -87,6 +87,6 @@ class FittedMixture:
 
 
 def load_model(path=None):
-    from imgtxt.modelfile import TrainedModel
+    from imgtxt.model.modelfile import TrainedModel
 
     return TrainedModel.load(path)

@@ -32,8 +32,8 @@ from index_speed import REPO, pick_model  # noqa: E402
 
 def fake_index(index_dir: Path, model, n: int) -> float:
     """Write n synthetic photos into an index; returns the vector index build time in seconds."""
-    from imgtxt import vector_build
-    from imgtxt.store import Store, encode_vector, now_iso
+    from imgtxt.library import vector_build
+    from imgtxt.library.store import Store, encode_vector, now_iso
 
     dim = model.config["joint"]["embed_dim"]
     store = Store(index_dir)
@@ -60,7 +60,7 @@ RUN_CLI = ("import os, sys\n"
            "if os.environ.get('IMGTXT_BENCH_CODE'):\n"
            "    sys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in repr(f).lower()]\n"
            "    sys.path.insert(0, os.environ['IMGTXT_BENCH_CODE'])\n"
-           "from imgtxt.cli import app; app()")
+           "from imgtxt.cli.main import app; app()")
 
 
 def timed(cmd: list[str], env: dict | None = None) -> tuple[float, str]:
@@ -87,7 +87,7 @@ def main() -> None:
     parser.add_argument("--query", default="a dog running on the beach")
     args = parser.parse_args()
 
-    from imgtxt.modelfile import TrainedModel
+    from imgtxt.model.modelfile import TrainedModel
 
     python = str(REPO / ".venv" / "bin" / "python")
     with tempfile.TemporaryDirectory() as tmp:

@@ -27,9 +27,9 @@ def main() -> None:
 
     import numpy as np
 
-    from imgtxt.datasets import load_split
-    from imgtxt.modelfile import TrainedModel
-    from imgtxt.pipeline import FeatureSettings, raw_split_features
+    from imgtxt.model.modelfile import TrainedModel
+    from imgtxt.research.datasets import load_split
+    from imgtxt.research.pipeline import FeatureSettings, raw_split_features
 
     split = load_split("flickr8k", args.data_dir, "val")
     caps = [" ".join(split.captions[5 * i:5 * i + 5]).lower() for i in range(len(split))]

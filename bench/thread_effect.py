@@ -24,11 +24,11 @@ def main() -> None:
     import numpy as np
     import torch
 
-    from imgtxt.datasets import load_split
-    from imgtxt.fne import full_network_embedding
-    from imgtxt.images import load_square
-    from imgtxt.modelfile import TrainedModel
-    from imgtxt.pipeline import FeatureSettings, open_extractor
+    from imgtxt.model.fne import full_network_embedding
+    from imgtxt.model.images import load_square
+    from imgtxt.model.modelfile import TrainedModel
+    from imgtxt.research.datasets import load_split
+    from imgtxt.research.pipeline import FeatureSettings, open_extractor
 
     model = TrainedModel.load(args.model)
     f = model.features
@@ -46,7 +46,7 @@ def main() -> None:
     for threads in (1, 2):
         env = {**os.environ, **{k: str(threads) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS",
                                                             "OPENBLAS_NUM_THREADS")}}
-        cmd = [sys.executable, "-c", "from imgtxt.cli import app; app()", "eval", "flickr8k", "--data-dir",
+        cmd = [sys.executable, "-c", "from imgtxt.cli.main import app; app()", "eval", "flickr8k", "--data-dir",
                args.data_dir, "--json"] + (["--model", args.model] if args.model else [])
         out = json.loads(subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout)
         print(f"imgtxt eval (cached features) at {threads} thread(s): rsum {out['rsum']:.4f}  "

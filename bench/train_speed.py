@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/train_speed.py [--data-dir ../shared/data/flickr8k] [--threads 2] [--embed-dim 512]
 
-Runs the real training loop (`imgtxt.train.train`, MH loss, batch 128, the shipped model's sizes) for one epoch
+Runs the real training loop (`imgtxt.research.train.train`, MH loss, batch 128, the shipped model's sizes) for one epoch
 per setting in a temporary folder and prints the loop's own train_seconds (validation excluded). An epoch is
 6,000 pairs with one random caption per image, 30,000 with all five; per batch both cost the same, so "all" is
 5x the work of "one" per epoch. Run `imgtxt features flickr8k --data-dir DIR` first so the CNN features are cached.
@@ -22,8 +22,8 @@ def main() -> None:
 
     import torch
 
-    from imgtxt.pipeline import FeatureSettings, build_training_data
-    from imgtxt.train import preset, train
+    from imgtxt.research.pipeline import FeatureSettings, build_training_data
+    from imgtxt.research.train import preset, train
 
     torch.set_num_threads(args.threads)
     print(f"torch threads {torch.get_num_threads()}, embed {args.embed_dim}, word 300, batch 128, MH loss")

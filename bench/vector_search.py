@@ -65,7 +65,7 @@ def main() -> None:
 
     import os
 
-    from imgtxt import vector_build, vector_index
+    from imgtxt.library import vector_build, vector_index
 
     model = load_model(args.model)
     real = np.concatenate([photo_vectors(model, args.work, "train"), photo_vectors(model, args.work, "val")])

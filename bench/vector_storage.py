@@ -12,7 +12,6 @@ import argparse
 from pathlib import Path
 
 import numpy as np
-
 from real_vectors import caption_vectors, load_model, photo_vectors
 
 
@@ -27,7 +26,7 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=Path("/work/artifacts/scale"))
     args = ap.parse_args()
 
-    from imgtxt.metrics import evaluate_scores
+    from imgtxt.research.metrics import evaluate_scores
 
     model = load_model(args.model)
     images, captions = photo_vectors(model, args.work, "val"), caption_vectors(model, args.work, "val")

@@ -6,10 +6,10 @@
 """
 __version__ = "0.1.0"
 
-from .errors import ImgtxtError, Interrupted  # noqa: E402
+from imgtxt.errors import ImgtxtError, Interrupted  # noqa: E402
 
-_MODULE_OF = {"Library": ".library", "PhotoMatch": ".results", "CaptionMatch": ".results", "Folder": ".results",
-              "Status": ".results", "PhotoRecord": ".results"}
+_MODULE_OF = {"Library": ".library.photo_library", **{name: ".library.results" for name in
+              ("PhotoMatch", "CaptionMatch", "Folder", "Status", "PhotoRecord")}}
 
 
 def __getattr__(name: str):

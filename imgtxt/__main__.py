@@ -1,4 +1,4 @@
 """`python -m imgtxt` is the `imgtxt` command."""
-from .cli import app
+from imgtxt.cli.main import app
 
 app(prog_name="imgtxt")

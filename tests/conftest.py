@@ -44,8 +44,8 @@ def facts():
 def tiny_model_dir(tmp_path_factory, facts) -> Path:
     folder = build_tiny_model(tmp_path_factory.mktemp("models") / "tiny", facts)
     try:  # the CNN graph `imgtxt index` runs without torch; exported once per session
-        from imgtxt.cnn_export import export_for_model
-        from imgtxt.modelfile import TrainedModel
+        from imgtxt.model.cnn_export import export_for_model
+        from imgtxt.model.modelfile import TrainedModel
 
         export_for_model(TrainedModel.load(folder))
     except ImportError:
@@ -55,7 +55,7 @@ def tiny_model_dir(tmp_path_factory, facts) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_model(tiny_model_dir):
-    from imgtxt.modelfile import TrainedModel
+    from imgtxt.model.modelfile import TrainedModel
 
     return TrainedModel.load(tiny_model_dir)
 
@@ -65,7 +65,7 @@ def library(tmp_path, monkeypatch, tiny_model_dir):
     """A fresh index folder and caption cache, and a way to run the CLI in-process (CliRunner)."""
     from click.testing import CliRunner
 
-    from imgtxt.cli import app
+    from imgtxt.cli.main import app
 
     index_dir, cache_dir = tmp_path / "index", tmp_path / "cache"
     monkeypatch.setenv("IMGTXT_INDEX_DIR", str(index_dir))

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from imgtxt import amecon
+from imgtxt.research import amecon
 
 
 def test_content_words_drop_stop_words():
@@ -75,7 +75,7 @@ def test_mlp_numpy_twin_and_save_load(tmp_path):
     # kNN: an image whose probabilities equal a caption's code is its nearest
     s = amecon.t2i_scores(np.array([[0, 0, 1, 1, 0], [1, 1, 0, 0, 0]], np.float32), model.encode_text(["cat"]))
     assert s[0, 0] == 0 and s[1, 0] == -4
-    from imgtxt.modelfile import ModelError, TrainedModel
+    from imgtxt.model.modelfile import ModelError, TrainedModel
     with pytest.raises(ModelError, match="AMECON"):
         TrainedModel.load(tmp_path / "m")
 

@@ -13,7 +13,7 @@ import pytest
 from conftest import write_photo
 from PIL import Image
 
-import imgtxt.photo_work
+import imgtxt.library.photo_work
 
 
 def png_chunk(kind: bytes, data: bytes) -> bytes:
@@ -95,7 +95,7 @@ def test_bad_input_zoo(library, zoo, monkeypatch):
                 raise PermissionError(13, "Permission denied", path)
             return real_open(path, *args, **kwargs)
 
-        monkeypatch.setattr(imgtxt.photo_work, "open", open_, raising=False)
+        monkeypatch.setattr(imgtxt.library.photo_work, "open", open_, raising=False)
     else:
         os.chmod(unreadable, 0)
 
@@ -109,7 +109,7 @@ def test_bad_input_zoo(library, zoo, monkeypatch):
 
     conn = sqlite3.connect(library.index / "index.db")
     rows = {p: (w, h) for p, w, h in conn.execute("SELECT path, width, height FROM photos")}
-    from imgtxt.photo_paths import path_key
+    from imgtxt.library.photo_paths import path_key
 
     assert set(rows) == {path_key(str(p)) for p in good.values()}
     assert summary["indexed"] == summary["added"] == len(good)

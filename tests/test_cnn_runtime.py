@@ -7,13 +7,18 @@ import sys
 
 import numpy as np
 import pytest
-
 from conftest import REPO, write_photo  # noqa: E402
-from imgtxt.cnn_export import export_extractor  # noqa: E402
-from imgtxt.cnn_runtime import GraphError, OnnxFeatureExtractor, available_backends, onnx_embedder  # noqa: E402
+
+from imgtxt.model.cnn_export import export_extractor  # noqa: E402
+from imgtxt.model.cnn_runtime import (  # noqa: E402
+    GraphError,
+    OnnxFeatureExtractor,
+    available_backends,
+    onnx_embedder,
+)
 
 pytestmark = pytest.mark.skipif(not available_backends(), reason="neither openvino nor onnxruntime is installed")
-from imgtxt.fne import FeatureStats, RawFeatureExtractor, full_network_embedding  # noqa: E402
+from imgtxt.model.fne import FeatureStats, RawFeatureExtractor, full_network_embedding  # noqa: E402
 
 
 def _squares(n, seed=0, size=256):
@@ -28,7 +33,7 @@ def _squares(n, seed=0, size=256):
 @pytest.mark.parametrize("backend,crops", [("openvino", 1), ("onnxruntime", 1), ("openvino", 10)])
 def test_exported_graph_equals_torch_fp32(tmp_path, backend, crops):
     pytest.importorskip(backend, reason=f"{backend} is in the test extra")
-    from imgtxt.backbones import load_backbone
+    from imgtxt.model.backbones import load_backbone
 
     backbone = load_backbone("efficientnet_lite0")
     squares = _squares(8 if crops == 1 else 2)
@@ -48,9 +53,9 @@ def test_exported_graph_equals_torch_fp32(tmp_path, backend, crops):
 
 
 def test_index_uses_onnx_and_matches_torch_vectors(tmp_path, tiny_model, monkeypatch):
-    from imgtxt import modelfile
-    from imgtxt.cnn_runtime import OnnxImageEmbedder
-    from imgtxt.pipeline import FeatureSettings, open_extractor
+    from imgtxt.model import modelfile
+    from imgtxt.model.cnn_runtime import OnnxImageEmbedder
+    from imgtxt.research.pipeline import FeatureSettings, open_extractor
 
     embedder = onnx_embedder(tiny_model)   # conftest exported the tiny model's cnn.onnx
     assert isinstance(embedder, OnnxImageEmbedder)
@@ -73,7 +78,7 @@ def test_cold_index_imports_neither_torch_nor_timm(tmp_path, tiny_model_dir):
         write_photo(tmp_path / "photos" / f"p{i}.jpg", seed=i)
     script = (
         "import sys\n"
-        "from imgtxt.cli import app\n"
+        "from imgtxt.cli.main import app\n"
         "try:\n"
         f"    app(['index', {str(tmp_path / 'photos')!r}, '--model', {str(tiny_model_dir)!r}, '--quiet', '--json'])\n"
         "except SystemExit as e:\n"
@@ -91,7 +96,7 @@ def test_cold_index_imports_neither_torch_nor_timm(tmp_path, tiny_model_dir):
 def test_graph_for_other_settings_is_refused(tmp_path, tiny_model):
     import shutil
 
-    from imgtxt.modelfile import TrainedModel
+    from imgtxt.model.modelfile import TrainedModel
 
     folder = tmp_path / "model"
     shutil.copytree(tiny_model.folder, folder)

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 from conftest import write_photo
 
-from imgtxt.datasets import DatasetError, load_split
-from imgtxt.metrics import evaluate_scores
+from imgtxt.research.datasets import DatasetError, load_split
+from imgtxt.research.metrics import evaluate_scores
 
 
 def make_dataset(root, name, splits, folder, captions=5, filepath=None):
@@ -61,8 +61,12 @@ def test_malformed_and_missing_datasets_are_clear_errors(tmp_path):
 
 
 def test_feature_cache_resumes_and_is_keyed_by_settings(tmp_path, monkeypatch, facts):
-    from imgtxt.feature_cache import FeatureSpec, cached_features, compute_features
-    from imgtxt.pipeline import FeatureSettings, open_extractor
+    from imgtxt.research.feature_cache import (
+        FeatureSpec,
+        cached_features,
+        compute_features,
+    )
+    from imgtxt.research.pipeline import FeatureSettings, open_extractor
 
     monkeypatch.setenv("IMGTXT_CACHE_DIR", str(tmp_path / "cache"))
     make_dataset(tmp_path, "flickr8k", {"val": 5}, "images")

@@ -19,7 +19,7 @@ def json_lines(text: str) -> list[dict]:
 
 
 def test_help_lists_photo_commands_first_and_describes_every_option(library):
-    from imgtxt.cli import app
+    from imgtxt.cli.main import app
 
     out = library.run("--help").stdout
     order = ["index", "search", "caption", "similar", "status", "serve", "forget", "features", "train", "eval"]
@@ -122,7 +122,7 @@ def test_caption_reports_the_one_time_bank_embedding(library, tmp_path):
 
 
 def test_caption_progress_reaches_the_total(tiny_model, tmp_path, monkeypatch):
-    from imgtxt.query import caption_vectors
+    from imgtxt.library.query import caption_vectors
 
     monkeypatch.setenv("IMGTXT_CACHE_DIR", str(tmp_path))
     captions = [f"a dog number {i} on the beach" for i in range(5000)]
@@ -135,7 +135,7 @@ def test_caption_progress_reaches_the_total(tiny_model, tmp_path, monkeypatch):
 
 
 def test_preview_falls_back_to_text_off_a_terminal_and_draws_on_one(library, tmp_path, monkeypatch):
-    import imgtxt.preview
+    import imgtxt.cli.preview
 
     copy_examples(tmp_path / "p", ["cat", "rocket"])
     library.run("index", tmp_path / "p", "-q")
@@ -144,7 +144,7 @@ def test_preview_falls_back_to_text_off_a_terminal_and_draws_on_one(library, tmp
 
     from textual_image.renderable import HalfcellImage
 
-    monkeypatch.setattr(imgtxt.preview, "image_class", lambda: HalfcellImage)  # as if the terminal drew images
+    monkeypatch.setattr(imgtxt.cli.preview, "image_class", lambda: HalfcellImage)  # as if the terminal drew images
     drawn = library.run("search", "a cat", "--preview").stdout
     assert str(tmp_path / "p" / "cat.jpg") in drawn and "▀" in drawn         # text line + image cells
     assert len(drawn.splitlines()) > 2 * 4

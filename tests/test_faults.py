@@ -96,9 +96,9 @@ def test_a_non_utf8_name_and_its_escaped_spelling_are_two_photos(library, tmp_pa
 
 
 def test_version_1_keys_are_migrated_to_unique_ones(tmp_path):
-    from imgtxt.migrations import MIGRATIONS, SCHEMA_VERSION
-    from imgtxt.photo_paths import path_key, real_path
-    from imgtxt.store import Store
+    from imgtxt.library.migrations import MIGRATIONS, SCHEMA_VERSION
+    from imgtxt.library.photo_paths import path_key, real_path
+    from imgtxt.library.store import Store
 
     db = sqlite3.connect(tmp_path / "index.db")
     db.executescript(MIGRATIONS[0])
@@ -138,7 +138,7 @@ def test_a_folder_beyond_path_max_is_reported_as_skipped(library, tmp_path):
 
 @pytest.mark.parametrize("damage", ["garbled", "truncated", "empty", "add-garbled", "add-truncated"])
 def test_a_damaged_vector_file_never_crashes_a_search(library, tmp_path, tiny_model, damage):
-    from imgtxt.store import decode_vectors
+    from imgtxt.library.store import decode_vectors
 
     for i in range(20):
         write_photo(tmp_path / "p" / f"{i}.jpg", seed=i)
@@ -190,20 +190,20 @@ def test_a_damaged_database_is_reported_and_rebuilt_without_losing_the_old_file(
     assert db.read_bytes() == damaged_bytes                            # nothing touched it
 
     # A rebuild that dies half-way leaves the old file as it was.
-    import imgtxt.indexer
+    import imgtxt.library.indexer
 
     class Killed(Exception):
         pass
 
     def interrupted(self, to_embed):
         raise Killed
-    original = imgtxt.indexer.IndexRun.embed
-    imgtxt.indexer.IndexRun.embed = interrupted
+    original = imgtxt.library.indexer.IndexRun.embed
+    imgtxt.library.indexer.IndexRun.embed = interrupted
     try:
         with pytest.raises(Killed):
             library.run("index", tmp_path / "p", "--rebuild", ok=False)
     finally:
-        imgtxt.indexer.IndexRun.embed = original
+        imgtxt.library.indexer.IndexRun.embed = original
     assert db.read_bytes() == damaged_bytes
 
     s = summary_of(library.run("index", tmp_path / "p", "--rebuild", "--json", "-q"))
@@ -218,8 +218,8 @@ def test_a_damaged_database_is_reported_and_rebuilt_without_losing_the_old_file(
 # ------------------------------------------------------------------------------ 6. one line, never a traceback
 
 def test_disk_full_during_a_commit_keeps_the_committed_photos(library, tmp_path, monkeypatch):
-    import imgtxt.indexer
-    from imgtxt.store import Store
+    import imgtxt.library.indexer
+    from imgtxt.library.store import Store
 
     for i in range(4):
         write_photo(tmp_path / "p" / f"{i}.jpg", seed=i)
@@ -233,7 +233,7 @@ def test_disk_full_during_a_commit_keeps_the_committed_photos(library, tmp_path,
             pages, size = (self.db.execute(f"PRAGMA {p}").fetchone()[0] for p in ("page_count", "page_size"))
             self.db.execute(f"PRAGMA max_page_count={pages + max(1, 16384 // size)}")
 
-    monkeypatch.setattr(imgtxt.indexer, "Store", FullDisk)
+    monkeypatch.setattr(imgtxt.library.indexer, "Store", FullDisk)
     result = library.run("index", tmp_path / "p", "--batch-size", "4", ok=False)
     assert result.exit_code == 1 and one_line(result.stderr) and "full" in result.stderr
     conn = sqlite3.connect(library.index / "index.db")
@@ -244,7 +244,7 @@ def test_disk_full_during_a_commit_keeps_the_committed_photos(library, tmp_path,
 
 
 def test_disk_full_while_saving_the_vector_file(library, tmp_path, monkeypatch):
-    from imgtxt import vector_build
+    from imgtxt.library import vector_build
 
     write_photo(tmp_path / "p" / "0.jpg", seed=0)
     library.run("index", tmp_path / "p", "-q")
@@ -302,7 +302,7 @@ def edit_model(src, dst, change_json=None, change_tensors=None):
 ])
 def test_a_malformed_model_is_refused_at_load(tiny_model_dir, tmp_path, library, name, json_edit, tensor_edit,
                                               message):
-    from imgtxt.modelfile import ModelError, TrainedModel
+    from imgtxt.model.modelfile import ModelError, TrainedModel
 
     folder = edit_model(tiny_model_dir, tmp_path / name, json_edit, tensor_edit)
     with pytest.raises(ModelError, match=message):
@@ -324,7 +324,7 @@ def test_a_malformed_model_is_refused_at_load(tiny_model_dir, tmp_path, library,
 ])
 def test_a_minilm_model_with_a_wrong_tensor_is_refused_at_load(tmp_path, library, name, tensor_edit, message):
     """The shipped kind's text tensors are checked when the model loads, not when the first query runs."""
-    from imgtxt.modelfile import ModelError, TrainedModel
+    from imgtxt.model.modelfile import ModelError, TrainedModel
     from imgtxt.paths import default_model_dir
 
     folder = edit_model(default_model_dir(), tmp_path / name, None, tensor_edit)
@@ -336,8 +336,8 @@ def test_a_minilm_model_with_a_wrong_tensor_is_refused_at_load(tmp_path, library
 
 
 def test_the_backbone_list_matches_the_torch_free_copy():
-    from imgtxt.backbones import BACKBONES
-    from imgtxt.modelfile import BACKBONE_NAMES
+    from imgtxt.model.backbones import BACKBONES
+    from imgtxt.model.modelfile import BACKBONE_NAMES
 
     assert BACKBONE_NAMES == BACKBONES
 

@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 from conftest import REPO, copy_examples, write_photo
 
-
 HANG_LIMIT_S = 300   # generous: the run loads torch and the CNN in a fresh process on a busy 2-core machine
 
 
@@ -27,8 +26,8 @@ def run_index_script(library, folder, setup: str, timeout: int = HANG_LIMIT_S):
     """run_index in a subprocess (a hang fails the test instead of blocking it), after `setup` code."""
     script = textwrap.dedent(f"""
         import json, os, sys
-        import imgtxt.indexer as ix
-        from imgtxt.modelfile import TrainedModel
+        import imgtxt.library.indexer as ix
+        from imgtxt.model.modelfile import TrainedModel
         folder = {str(folder)!r}
     """) + textwrap.dedent(setup) + textwrap.dedent(f"""
         s = ix.run_index({str(library.index)!r}, [folder], TrainedModel.load({str(library.model)!r}), log=lambda m: None)
@@ -81,7 +80,7 @@ def test_a_database_row_naming_a_device_is_never_opened(library, tmp_path):
 
 
 def test_photos_are_opened_only_as_regular_files(tmp_path):
-    from imgtxt.images import ImageError, load_rgb
+    from imgtxt.model.images import ImageError, load_rgb
 
     os.mkfifo(tmp_path / "fifo.jpg")
     for path in (tmp_path / "fifo.jpg", "/dev/zero"):
@@ -101,8 +100,8 @@ def test_copies_in_one_run_are_embedded_once(library, tmp_path):
 
 def sqlite_work_to_add_copies(library, folder, count, monkeypatch) -> int:
     """SQLite virtual-machine steps (in hundreds) of an index run that adds `count` copies of a known photo."""
-    import imgtxt.indexer
-    from imgtxt.store import Store
+    import imgtxt.library.indexer
+    from imgtxt.library.store import Store
 
     for i in range(count):
         shutil.copy2(folder / "0.jpg", folder / f"copy{count}-{i}.jpg")
@@ -113,7 +112,7 @@ def sqlite_work_to_add_copies(library, folder, count, monkeypatch) -> int:
             super().__init__(*args, **kwargs)
             self.db.conn.set_progress_handler(lambda: steps.__setitem__(0, steps[0] + 1) or 0, 100)
 
-    monkeypatch.setattr(imgtxt.indexer, "Store", Counting)
+    monkeypatch.setattr(imgtxt.library.indexer, "Store", Counting)
     s = json.loads(library.run("index", folder, "--json", "-q").stdout)
     assert (s["added"], s["embedded"]) == (count, 0)
     return steps[0]
@@ -140,7 +139,7 @@ def test_a_huge_query_is_refused_at_once(library, tmp_path):
 
 
 def test_n_never_asks_for_more_than_the_index_holds(library, tmp_path, monkeypatch):
-    from imgtxt import vector_index
+    from imgtxt.library import vector_index
 
     copy_examples(tmp_path / "p")
     library.run("index", tmp_path / "p", "-q")
@@ -161,7 +160,7 @@ def test_n_never_asks_for_more_than_the_index_holds(library, tmp_path, monkeypat
 def test_a_model_name_cannot_write_outside_the_cache(library, tmp_path, facts):
     from tiny_model import build_tiny_model
 
-    from imgtxt.modelfile import TrainedModel
+    from imgtxt.model.modelfile import TrainedModel
 
     model = build_tiny_model(tmp_path / "evil-model", facts, name="../../escaped/pwned")
     assert "/" not in TrainedModel.load(model).model_id
@@ -192,8 +191,8 @@ def test_a_lock_file_that_is_a_symlink_is_refused_and_its_target_untouched(libra
 def tiny_training_data():
     from tiny_model import WORDS
 
-    from imgtxt.train import TrainData
-    from imgtxt.vocab import Vocabulary
+    from imgtxt.model.vocab import Vocabulary
+    from imgtxt.research.train import TrainData
 
     rng = np.random.default_rng(0)
     vocab = Vocabulary(WORDS)
@@ -213,7 +212,7 @@ class Planted:
 def test_training_resumes_with_the_safe_loader_and_refuses_a_planted_pickle(tmp_path):
     import torch
 
-    from imgtxt.train import preset, train
+    from imgtxt.research.train import preset, train
 
     data = tiny_training_data()
     cfg = preset("SH", embed_dim=8, word_dim=8, max_epochs=1, patience=5)
@@ -229,7 +228,7 @@ def test_training_resumes_with_the_safe_loader_and_refuses_a_planted_pickle(tmp_
     assert not marker.exists()
 
     # the offline snapshot average reads the run's snapshots through the same safe loader
-    from imgtxt.train import average_saved_snapshots
+    from imgtxt.research.checkpoints import average_saved_snapshots
     (tmp_path / "run" / "snapshots").mkdir(exist_ok=True)
     torch.save({"state": Planted(str(marker)), "epoch": 1}, tmp_path / "run" / "snapshots" / "planted.pt")
     with pytest.raises(SystemExit, match="not a training state imgtxt can load safely"):

@@ -3,9 +3,15 @@ import numpy as np
 import pytest
 import torch
 
-from imgtxt.backbones import BackboneError, load_backbone
-from imgtxt.fne import (FeatureStats, RawFeatureExtractor, discretize, full_network_embedding, l2_normalize,
-                        standardize)
+from imgtxt.model.backbones import BackboneError, load_backbone
+from imgtxt.model.fne import (
+    FeatureStats,
+    RawFeatureExtractor,
+    discretize,
+    full_network_embedding,
+    l2_normalize,
+    standardize,
+)
 
 
 @pytest.fixture(scope="module")

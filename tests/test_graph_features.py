@@ -2,11 +2,11 @@
 tolerance, cached under their own key, and torch's keys unchanged."""
 import numpy as np
 import pytest
-
 from conftest import write_photo  # noqa: E402
-from imgtxt.datasets import Split  # noqa: E402
-from imgtxt.feature_cache import FeatureSpec  # noqa: E402
-from imgtxt.pipeline import FeatureSettings, open_extractor, raw_split_features  # noqa: E402
+
+from imgtxt.research.datasets import Split  # noqa: E402
+from imgtxt.research.feature_cache import FeatureSpec  # noqa: E402
+from imgtxt.research.pipeline import FeatureSettings, open_extractor, raw_split_features  # noqa: E402
 
 LITE0_ID = "efficientnet_lite0@efficientnet-lite0-57934424.pth:579344248a93"
 

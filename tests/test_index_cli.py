@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from conftest import REPO, copy_examples, write_photo
 
-from imgtxt.store import decode_vectors
+from imgtxt.library.store import decode_vectors
 
 
 def summary_of(result) -> dict:
@@ -246,7 +246,7 @@ def test_query_commands_never_import_torch(library, tmp_path):
     script = textwrap.dedent(f"""
         import sys
         from click.testing import CliRunner
-        from imgtxt.cli import app
+        from imgtxt.cli.main import app
         runner = CliRunner()
         for args in (["search", "a cat on a table"], ["status", "--json"], ["similar", {str(photos[0])!r}],
                      ["caption", {str(photos[1])!r}]):
@@ -275,7 +275,7 @@ def test_search_subprocess_on_examples(library, tmp_path):
 
 def test_caption_vectors_are_the_encoder_output_in_input_order(tiny_model, tmp_path, monkeypatch):
     """The bank is encoded sorted by length (less padding) and cached; neither may change a vector."""
-    from imgtxt.query import caption_vectors
+    from imgtxt.library.query import caption_vectors
 
     monkeypatch.setenv("IMGTXT_CACHE_DIR", str(tmp_path))
     captions = ["a dog running on the beach in the snow with a red ball .", "a cat", "the man .", "a cup of coffee"]

@@ -83,7 +83,7 @@ def test_library_with_copies_forget_and_folders(tmp_path, tiny_model_dir, monkey
 
 def test_ctrl_c_keeps_committed_photos_searchable(tmp_path, tiny_model_dir, monkeypatch):
     """A first run interrupted mid-way: status and search answer from what was committed."""
-    from imgtxt.modelfile import TrainedModel
+    from imgtxt.model.modelfile import TrainedModel
 
     monkeypatch.setenv("IMGTXT_CACHE_DIR", str(tmp_path / "cache"))
     for i in range(10):
@@ -111,12 +111,12 @@ def test_ctrl_c_keeps_committed_photos_searchable(tmp_path, tiny_model_dir, monk
 
 
 def test_errors_share_one_base():
-    from imgtxt.backbones import BackboneError
-    from imgtxt.datasets import DatasetError
-    from imgtxt.images import ImageError
-    from imgtxt.modelfile import ModelError
-    from imgtxt.query import QueryError
-    from imgtxt.store import StoreError
+    from imgtxt.library.query import QueryError
+    from imgtxt.library.store import StoreError
+    from imgtxt.model.backbones import BackboneError
+    from imgtxt.model.images import ImageError
+    from imgtxt.model.modelfile import ModelError
+    from imgtxt.research.datasets import DatasetError
 
     for error in (BackboneError, DatasetError, ImageError, ModelError, QueryError, StoreError):
         assert issubclass(error, ImgtxtError)
@@ -143,7 +143,7 @@ def test_model_folder_resolution(tmp_path, monkeypatch, tiny_model_dir):
 
 
 def test_learning_rate_overrides_leave_presets_alone():
-    from imgtxt.presets import PRESETS, preset, with_learning_rates
+    from imgtxt.research.presets import PRESETS, preset, with_learning_rates
 
     before = [p.lr for p in PRESETS["PH"].phases]
     cfg = with_learning_rates(preset("PH"), lr=1e-5, phase2_lr=3e-6)

@@ -1,7 +1,7 @@
 """Each loss against a small example computed by hand."""
 import torch
 
-from imgtxt.losses import cosine_similarity, hinge_loss, order_similarity
+from imgtxt.research.losses import cosine_similarity, hinge_loss, order_similarity
 
 # 3 images x 3 captions; the diagonal holds the matching pairs.
 SCORES = torch.tensor([[0.9, 0.5, 0.8],
@@ -65,7 +65,7 @@ def test_perfect_scores_give_zero_loss():
 
 
 def test_chunked_order_similarity_equals_unchunked_with_gradients():
-    from imgtxt.losses import order_similarity_unchunked
+    from imgtxt.research.losses import order_similarity_unchunked
     torch.manual_seed(0)
     images = torch.rand(7, 5, dtype=torch.float64, requires_grad=True)
     captions = torch.rand(9, 5, dtype=torch.float64, requires_grad=True)
@@ -84,7 +84,8 @@ def test_chunked_order_similarity_equals_unchunked_with_gradients():
 
 def test_numpy_order_scores_chunked_equal_torch():
     import numpy as np
-    from imgtxt.modelfile import order_scores
+
+    from imgtxt.model.modelfile import order_scores
     rng = np.random.default_rng(0)
     images, captions = rng.random((11, 6)).astype(np.float32), rng.random((13, 6)).astype(np.float32)
     ref = order_similarity(torch.from_numpy(images), torch.from_numpy(captions)).numpy()
@@ -93,7 +94,7 @@ def test_numpy_order_scores_chunked_equal_torch():
 
 
 def test_same_image_captions_are_not_negatives_of_each_other():
-    from imgtxt.losses import same_image_mask
+    from imgtxt.research.losses import same_image_mask
     # rows/columns 0 and 1 are two captions of image 7: (0,1) and (1,0) are right answers too
     scores = torch.tensor([[0.5, 0.9, 0.1],
                            [0.9, 0.5, 0.1],

@@ -2,7 +2,13 @@
 import numpy as np
 import pytest
 
-from imgtxt.metrics import evaluate_scores, i2t_ranks, mean_of_folds, recall_summary, t2i_ranks
+from imgtxt.research.metrics import (
+    evaluate_scores,
+    i2t_ranks,
+    mean_of_folds,
+    recall_summary,
+    t2i_ranks,
+)
 
 
 def test_ranks_by_hand():
@@ -67,7 +73,7 @@ def test_constant_scores_give_chance_level_recall_not_rsum_600(n):
 def test_partial_ties_by_hand():
     # 1 caption query vs 4 images: image 0 (right) ties with images 1 and 2, image 3 is strictly better.
     scores = np.array([[0.5], [0.5], [0.5], [0.9]])
-    from imgtxt.metrics import t2i_counts
+    from imgtxt.research.metrics import t2i_counts
     c = t2i_counts(scores, 1)
     assert (c.higher.tolist(), c.tied.tolist(), c.own_tied.tolist()) == ([1], [2], [1])
     assert c.ranks("expected").tolist() == [1 + 1 + 2 / 2]

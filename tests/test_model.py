@@ -3,11 +3,11 @@ import numpy as np
 import pytest
 import torch
 
-from imgtxt.fne import FeatureStats
-from imgtxt.model import JointConfig, JointModel, pad_batch
-from imgtxt.modelfile import ModelError, TrainedModel, save_model
-from imgtxt.train import Phase, TrainConfig, TrainData, train
-from imgtxt.vocab import Vocabulary
+from imgtxt.model.fne import FeatureStats
+from imgtxt.model.modelfile import ModelError, TrainedModel, save_model
+from imgtxt.model.vocab import Vocabulary
+from imgtxt.research.joint_model import JointConfig, JointModel, pad_batch
+from imgtxt.research.train import Phase, TrainConfig, TrainData, train
 
 COLORS = ["red", "blue", "green", "black", "white", "brown", "pink", "grey"]
 ANIMALS = ["dog", "cat", "horse", "bird", "cow", "goat", "duck", "sheep"]
@@ -94,7 +94,7 @@ def test_tiny_training_run_beats_chance_by_far(tmp_path):
     assert best["val"]["t2i"]["r1"] > 50 and best["val"]["i2t"]["r1"] > 50
     model = TrainedModel.load(tmp_path / "run" / "best")
     scores = model.scores(model.encode_image_features(val_feats), model.encode_text(val_caps))
-    from imgtxt.metrics import evaluate_scores
+    from imgtxt.research.metrics import evaluate_scores
     assert evaluate_scores(scores)["rsum"] == pytest.approx(best["rsum"], abs=3.0)  # fp16 weights
 
 

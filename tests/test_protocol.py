@@ -4,10 +4,10 @@ import json
 import numpy as np
 import pytest
 
-from imgtxt.datasets import load_split, restval_mask
-from imgtxt.pipeline import without_restval
-from imgtxt.train import PRESET_NAMES, preset
-from imgtxt.vocab import Vocabulary
+from imgtxt.model.vocab import Vocabulary
+from imgtxt.research.datasets import load_split, restval_mask
+from imgtxt.research.pipeline import without_restval
+from imgtxt.research.train import PRESET_NAMES, preset
 
 
 def test_every_table1_column_has_a_preset_per_dataset():

@@ -4,7 +4,6 @@ import sqlite3
 
 import numpy as np
 import pytest
-
 from conftest import write_photo
 
 ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'imgtxt[ray]'; the test extra has it)")
@@ -29,7 +28,7 @@ def _untimed(summary: dict) -> dict:
 
 
 def test_ray_vectors_equal_single_process(tmp_path, tiny_model, local_ray):
-    from imgtxt.indexer import run_index
+    from imgtxt.library.indexer import run_index
 
     photos = tmp_path / "photos"
     for i in range(5):
@@ -56,9 +55,9 @@ def test_ray_vectors_equal_single_process(tmp_path, tiny_model, local_ray):
 @pytest.mark.parametrize("which", ["tiny GRU", "shipped MiniLM"])
 def test_the_workers_get_every_file_the_model_needs(tmp_path, tiny_model, which):
     """Workers rebuild the model folder from what the driver sends (the MiniLM kind needs tokenizer.json)."""
-    from imgtxt.modelfile import TrainedModel
+    from imgtxt.library.ray_index import folder_files
+    from imgtxt.model.modelfile import TrainedModel
     from imgtxt.paths import default_model_dir
-    from imgtxt.ray_index import folder_files
 
     model = tiny_model if which == "tiny GRU" else TrainedModel.load(default_model_dir())
     for name, data in folder_files(model).items():
@@ -69,8 +68,8 @@ def test_the_workers_get_every_file_the_model_needs(tmp_path, tiny_model, which)
 
 
 def test_a_failing_worker_is_one_line_and_keeps_what_was_saved(tmp_path, tiny_model, local_ray, monkeypatch):
-    from imgtxt import ray_index
-    from imgtxt.indexer import run_index
+    from imgtxt.library import ray_index
+    from imgtxt.library.indexer import run_index
 
     photos = tmp_path / "photos"
     for i in range(3):

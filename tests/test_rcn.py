@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 import torch
 
-from imgtxt.text_encoders import rcn
-from imgtxt.text_encoders.rcn_torch import RCNEncoder, mask_variance_penalty, route
+from imgtxt.model.text_encoders import rcn
+from imgtxt.research.text_modules.rcn import RCNEncoder, mask_variance_penalty, route
 
 
 def test_routing_by_hand():
@@ -89,11 +89,12 @@ def test_equal_size_gru():
 
 
 def test_rcn_kind_trains_saves_and_loads_with_numpy_equal_to_torch(tmp_path):
-    from imgtxt.fne import FeatureStats
-    from imgtxt.modelfile import TrainedModel
-    from imgtxt.text_encoders import prepare
-    from imgtxt.train import Phase, TrainConfig, TrainData, train
     from test_model import feature_config, synthetic
+
+    from imgtxt.model.fne import FeatureStats
+    from imgtxt.model.modelfile import TrainedModel
+    from imgtxt.model.text_encoders import prepare
+    from imgtxt.research.train import Phase, TrainConfig, TrainData, train
 
     feats, caps = synthetic(0)
     setup = prepare("rcn", caps, {"min_count": 1, "word_dim": 8, "capsules": 2, "recursions": 1,
@@ -107,9 +108,9 @@ def test_rcn_kind_trains_saves_and_loads_with_numpy_equal_to_torch(tmp_path):
     assert best["rsum"] > 60        # chance on 64 images is ~50
     model = TrainedModel.load(tmp_path / "run" / "best")
     assert model.config["text"]["kind"] == "rcn"
-    from imgtxt.model import JointConfig, JointModel, pad_batch
+    from imgtxt.research.joint_model import JointConfig, JointModel, pad_batch
     joint = JointModel(JointConfig(**model.config["joint"])).eval()
-    from imgtxt.train import _load_weights
+    from imgtxt.research.checkpoints import load_weights as _load_weights
     _load_weights(joint, tmp_path / "run" / "best")
     texts = ["a red dog", "the blue cat runs .", "zebra"]
     with torch.no_grad():

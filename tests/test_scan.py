@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from imgtxt.scan import Found, Problem, scan
+from imgtxt.library.scan import Found, Problem, scan
 
 
 def touch(path: Path, data: bytes = b"x") -> Path:
@@ -127,7 +127,7 @@ def test_found_records_size_and_mtime(tmp_path):
 
 @pytest.mark.parametrize("name", ["a.heic", "b.HEIF"])
 def test_heif_only_when_pillow_heif_is_installed(tmp_path, name):
-    from imgtxt.images import heif_available
+    from imgtxt.model.images import heif_available
 
     touch(tmp_path / name)
     found, _ = results([tmp_path])

@@ -5,7 +5,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from imgtxt.modelfile import TrainedModel, default_model_dir
+from imgtxt.model.modelfile import TrainedModel, default_model_dir
 
 FLICKR8K = Path(__file__).resolve().parents[2] / "shared" / "data" / "flickr8k"
 pytestmark = pytest.mark.skipif(not (FLICKR8K / "dataset_flickr8k.json").is_file(),
@@ -36,10 +36,10 @@ def test_shipped_model_takes_words_flickr8k_never_used(shipped):
 
 def test_shipped_model_on_a_slice_of_flickr8k_val(shipped, tmp_path, monkeypatch):
     """First 200 val images, features computed from the JPEGs: recall well above chance (R@10 = 5%)."""
-    from imgtxt.datasets import load_split
-    from imgtxt.images import load_square
-    from imgtxt.metrics import evaluate_scores
-    from imgtxt.cnn_torch import ImageEmbedder
+    from imgtxt.model.cnn_torch import ImageEmbedder
+    from imgtxt.model.images import load_square
+    from imgtxt.research.datasets import load_split
+    from imgtxt.research.metrics import evaluate_scores
 
     split = load_split("flickr8k", FLICKR8K, "val")
     n = 200
@@ -66,7 +66,7 @@ def test_eval_cli_reproduces_the_recorded_val_numbers(shipped, tmp_path, threads
 
     env = {**os.environ, "IMGTXT_CACHE_DIR": str(tmp_path / "cache"), "OMP_NUM_THREADS": str(threads),
            "MKL_NUM_THREADS": str(threads), "OPENBLAS_NUM_THREADS": str(threads)}
-    result = subprocess.run([sys.executable, "-c", "from imgtxt.cli import app; app()", "eval", "flickr8k",
+    result = subprocess.run([sys.executable, "-c", "from imgtxt.cli.main import app; app()", "eval", "flickr8k",
                              "--data-dir", str(FLICKR8K), "--json"], env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)

@@ -7,9 +7,16 @@ import sqlite3
 import numpy as np
 import pytest
 
-from imgtxt.migrations import MIGRATIONS, SCHEMA_VERSION
-from imgtxt.photo_paths import path_key, real_path
-from imgtxt.store import Store, StoreError, decode_vectors, default_index_dir, encode_vector, open_readonly
+from imgtxt.library.migrations import MIGRATIONS, SCHEMA_VERSION
+from imgtxt.library.photo_paths import path_key, real_path
+from imgtxt.library.store import (
+    Store,
+    StoreError,
+    decode_vectors,
+    default_index_dir,
+    encode_vector,
+    open_readonly,
+)
 
 
 def schema(db_path) -> list[tuple]:
@@ -52,7 +59,7 @@ def test_new_store_is_migrated_to_the_current_schema_in_wal_mode(tmp_path):
 
 
 def test_a_new_database_gets_large_pages_and_an_existing_one_keeps_its_own(tmp_path):
-    from imgtxt.store import PAGE_SIZE
+    from imgtxt.library.store import PAGE_SIZE
 
     Store(tmp_path / "new").close()
     assert sqlite3.connect(tmp_path / "new" / "index.db").execute("PRAGMA page_size").fetchone()[0] == PAGE_SIZE

@@ -11,9 +11,15 @@ import numpy as np
 import pytest
 import torch
 
-from imgtxt.model import JointConfig, JointModel, pad_batch
-from imgtxt.modelfile import ModelError, TrainedModel, default_model_dir, save_model
-from imgtxt.text_encoders import minilm, torch_encoder
+from imgtxt.model.modelfile import (
+    ModelError,
+    TrainedModel,
+    default_model_dir,
+    save_model,
+)
+from imgtxt.model.text_encoders import minilm
+from imgtxt.research.joint_model import JointConfig, JointModel, pad_batch
+from imgtxt.research.text_modules import torch_encoder
 
 FLICKR8K = Path(__file__).resolve().parents[2] / "shared" / "data" / "flickr8k"
 CAPTIONS = ["a dog running on the beach .", "A kitten asleep on the sofa", "two men in red jackets climb a rock",
@@ -35,7 +41,7 @@ def tokenizer_json() -> bytes:
 def many_captions(n: int = 256) -> list[str]:
     """Real Flickr8k val captions when ../shared has them, else varied synthetic ones."""
     if (FLICKR8K / "dataset_flickr8k.json").is_file():
-        from imgtxt.datasets import load_split
+        from imgtxt.research.datasets import load_split
 
         return load_split("flickr8k", FLICKR8K, "val").captions[:n]
     rng = np.random.default_rng(0)
@@ -179,7 +185,7 @@ def test_minilm_model_without_its_tokenizer_is_a_clear_error(tmp_path):
 
 
 def test_gru_input_gates_as_2d_matmul_equal_the_3d_product():
-    from imgtxt.text_encoders.gru import Runtime
+    from imgtxt.model.text_encoders.gru import Runtime
 
     rng = np.random.default_rng(0)
     emb, w_ih = rng.normal(size=(50, 24)).astype(np.float32), rng.normal(size=(3 * 16, 24)).astype(np.float32)

@@ -2,10 +2,10 @@
 computation gives; any change to the frozen weights, the captions or the number of frozen layers misses."""
 import pytest
 import torch
-
-from imgtxt.model import JointConfig, JointModel
-from imgtxt.train import TextInputs
 from test_text_encoders import minilm_config  # noqa: E402
+
+from imgtxt.research.joint_model import JointConfig, JointModel
+from imgtxt.research.train import TextInputs
 
 TOKENS = [[101, 1037, 3899, 102], [101, 1037, 4937, 2006, 1996, 2754, 102], [101, 102], [101, 2048, 2273, 102]]
 

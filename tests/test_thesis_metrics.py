@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from imgtxt.thesis_metrics import r_precision, thesis_metrics
+from imgtxt.research.thesis_metrics import r_precision, thesis_metrics
 
 
 def perfect(n, k=5):

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-from imgtxt.losses import same_image_mask, single_negative_loss
-from imgtxt.text_encoders import bow, prepare
+from imgtxt.model.text_encoders import bow, prepare
+from imgtxt.research.losses import same_image_mask, single_negative_loss
 
 
 def test_words_drop_articles_and_punctuation():
@@ -57,7 +57,8 @@ CAPS = ["a red dog runs", "the blue cat sits", "red cat", "a dog on grass", "blu
     ("sse", {"word_dim": 6, "window": 2}),
 ])
 def test_numpy_equals_torch(tmp_path, kind, options):
-    from imgtxt.text_encoders import runtime, torch_encoder
+    from imgtxt.model.text_encoders import runtime
+    from imgtxt.research.text_modules import torch_encoder
     setup = prepare(kind, CAPS, options)
     torch.manual_seed(0)
     enc = torch_encoder(setup.config, 9).eval()
@@ -68,7 +69,7 @@ def test_numpy_equals_torch(tmp_path, kind, options):
     tensors = {k: v.detach().numpy() for k, v in enc.export_tensors().items()}
     rt = runtime(setup.config, tensors, tmp_path)
     texts = ["a red dog runs on grass", "cat", "zebra", ""]
-    from imgtxt.model import pad_batch
+    from imgtxt.research.joint_model import pad_batch
     tokens = [setup.tokenize(t) for t in texts]
     assert tokens == [rt.tokenize(t) for t in texts]
     with torch.no_grad():
@@ -79,11 +80,12 @@ def test_numpy_equals_torch(tmp_path, kind, options):
 
 @pytest.mark.parametrize("kind", ["bow", "sse"])
 def test_thesis_model_trains_saves_loads(tmp_path, kind):
-    from imgtxt.fne import FeatureStats
-    from imgtxt.metrics import evaluate_scores
-    from imgtxt.modelfile import TrainedModel
-    from imgtxt.train import TrainData, preset, train
     from test_model import feature_config, synthetic
+
+    from imgtxt.model.fne import FeatureStats
+    from imgtxt.model.modelfile import TrainedModel
+    from imgtxt.research.metrics import evaluate_scores
+    from imgtxt.research.train import TrainData, preset, train
 
     feats, caps = synthetic(0)
     setup = prepare(kind, caps, {"ngrams": "bi", "weighting": "tfidf", "hidden": 16, "word_dim": 8})

@@ -9,9 +9,9 @@ import time
 import numpy as np
 import pytest
 
-from imgtxt import vector_build, vector_index
-from imgtxt.modelfile import order_scores
-from imgtxt.store import Store, decode_vectors, open_readonly, read_meta
+from imgtxt.library import vector_build, vector_index
+from imgtxt.library.store import Store, decode_vectors, open_readonly, read_meta
+from imgtxt.model.modelfile import order_scores
 
 DIM = 16
 

@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from imgtxt.vocab import PAD, UNK, Vocabulary, tokenize
+from imgtxt.model.vocab import PAD, UNK, Vocabulary, tokenize
 
 
 def test_tokenize_is_nltk_treebank_lowercased():
@@ -14,13 +14,13 @@ def test_tokenize_is_nltk_treebank_lowercased():
 def test_light_tokenizer_is_nltks_own_class_and_skips_nltk_init():
     code = (
         "import sys\n"
-        "from imgtxt.vocab import tokenize\n"
+        "from imgtxt.model.vocab import tokenize\n"
         "toks = tokenize('Two dogs aren\\'t here.')\n"
         "assert 'nltk' not in sys.modules, 'nltk package init ran'\n"
         "import nltk\n"
         "from nltk.tokenize import NLTKWordTokenizer\n"
         "assert NLTKWordTokenizer().tokenize('two dogs aren\\'t here.') == toks, toks\n"
-        "from imgtxt.vocab import _tokenizer\n"
+        "from imgtxt.model.vocab import _tokenizer\n"
         "assert type(_tokenizer()) is NLTKWordTokenizer\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -60,11 +60,11 @@ def built(tmp_path_factory) -> dict:
 def test_wheel_and_sdist_carry_the_default_model_and_templates(built):
     wheel_names = set(zipfile.ZipFile(built["wheel"]).namelist())
     assert {f"imgtxt/weights/default/{f}" for f in MODEL_FILES} <= wheel_names
-    assert "imgtxt/templates/search.html" in wheel_names and "imgtxt/cli.py" in wheel_names
+    assert "imgtxt/web/templates/search.html" in wheel_names and "imgtxt/cli/main.py" in wheel_names
     assert not any(n.startswith(("tests/", "weights/", "examples/")) for n in wheel_names)
     with tarfile.open(built["sdist"]) as sdist:
         names = {n.split("/", 1)[1] for n in sdist.getnames() if "/" in n}
-    assert {f"imgtxt/weights/default/{f}" for f in MODEL_FILES} <= names and "imgtxt/templates/photo.html" in names
+    assert {f"imgtxt/weights/default/{f}" for f in MODEL_FILES} <= names and "imgtxt/web/templates/photo.html" in names
 
 
 def test_installed_wheel_indexes_and_searches_from_another_folder(built, tmp_path):

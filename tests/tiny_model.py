@@ -9,9 +9,9 @@ from pathlib import Path
 
 import numpy as np
 
-from imgtxt.fne import HIGH_CUT, LOW_CUT, FeatureStats
-from imgtxt.modelfile import save_model
-from imgtxt.vocab import Vocabulary
+from imgtxt.model.fne import HIGH_CUT, LOW_CUT, FeatureStats
+from imgtxt.model.modelfile import save_model
+from imgtxt.model.vocab import Vocabulary
 
 WORDS = ("a the of on in with and . , dog dogs cat man woman child boy girl people running runs sitting "
          "standing beach water grass snow street red blue black white brown ball cup coffee table rocket "
@@ -27,7 +27,7 @@ EMBED_DIM, WORD_DIM = 64, 32
 
 def backbone_facts() -> dict:
     """backbone_id, raw_dim and baseline_slice of the real EfficientNet-Lite0 'all' layer set (loads torch)."""
-    from imgtxt.pipeline import FeatureSettings, open_extractor
+    from imgtxt.research.pipeline import FeatureSettings, open_extractor
 
     extractor = open_extractor(FeatureSettings(layer_set="all", crops=1))
     facts = {"backbone_id": extractor.backbone.id, "raw_dim": extractor.dim,

@@ -1,0 +1,293 @@
+"""The `imgtxt` command line: a thin click layer over `imgtxt.Library` (library.py).
+
+Imports are deferred into each command so that query commands (`search`, `status`) start without loading
+torch. Every error is an ImgtxtError; `Commands.invoke` prints it as one line and exits non-zero.
+The CLI is plain click (as Simon Willison's `llm` is): typer 0.2x validates every option through pydantic,
+whose import alone was ~40% of a cold `imgtxt search`.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from imgtxt import __version__
+from imgtxt.errors import ImgtxtError
+
+PHOTOS = "Photos"
+
+
+RESEARCH_COMMANDS = ("features", "train", "eval", "backbone-download", "export-cnn")   # cli_research.py
+
+
+class Commands(click.Group):
+    """The commands in the order they were added, under their section headings, photo commands first. The
+    research commands are built on first use: their ~70 options cost a query command ~20 ms to declare."""
+
+    def list_commands(self, ctx):
+        return list(dict.fromkeys([*self.commands, *RESEARCH_COMMANDS]))  # the everyday commands first
+
+    def get_command(self, ctx, name):
+        if name in RESEARCH_COMMANDS and name not in self.commands:
+            from .research import register
+
+            register(command)
+        return super().get_command(ctx, name)
+
+    def format_commands(self, ctx, formatter):
+        sections: dict[str, list] = {}
+        for name in self.list_commands(ctx):
+            command = self.get_command(ctx, name)
+            if not command.hidden:
+                sections.setdefault(getattr(command, "section", "Commands"), []).append((name, command))
+        width = formatter.width - 6 - max((len(n) for rows in sections.values() for n, _ in rows), default=0)
+        for section, rows in sections.items():
+            with formatter.section(section):
+                formatter.write_dl([(name, command.get_short_help_str(width)) for name, command in rows])
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except ImgtxtError as e:
+            click.echo(f"imgtxt: {e}", err=True)
+            raise click.exceptions.Exit(getattr(e, "exit_code", 1)) from None
+
+
+@click.group(cls=Commands, no_args_is_help=True, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 120})
+@click.version_option(__version__, "--version", message="imgtxt %(version)s", help="Print the version and exit.")
+def app():
+    """Search a photo folder by sentence and caption photos, with a Full-Network-Embedding joint image-text
+    model. Works offline."""
+
+
+def command(name: str | None = None, section: str = PHOTOS):
+    """app.command that also files the command under a heading of `imgtxt --help`."""
+    def register(function):
+        made = app.command(name)(function)
+        made.section = section
+        return made
+    return register
+
+
+PathType = click.Path(path_type=Path)
+index_opt = click.option("--index", "index_dir", type=PathType, default=None,
+                         help="Index folder (default: $IMGTXT_INDEX_DIR, else $XDG_DATA_HOME/imgtxt).")
+model_opt = click.option("--model", type=PathType, default=None,
+                         help="Model folder (default: $IMGTXT_MODEL, else the model shipped with imgtxt).")
+query_model_opt = click.option("--model", type=PathType, default=None,
+                               help="Model folder (default: $IMGTXT_MODEL, else the one the index was built with).")
+json_opt = click.option("--json", "as_json", is_flag=True, help="One JSON object per line on stdout.")
+all_copies_opt = click.option("--all-copies", is_flag=True, help="List identical files (same bytes) separately.")
+null_opt = click.option("-0", "--null", is_flag=True, help="Paths only, each ended by a NUL byte (for xargs -0).")
+count_opt = click.option("-n", "n", type=click.IntRange(min=1), default=10, show_default=True,
+                         help="Number of photos.")
+
+
+def _library(index_dir, model):
+    from imgtxt.library.photo_library import Library
+
+    return Library(index_dir, model)
+
+
+def _say(message: str) -> None:
+    """stderr, above a progress bar if one is showing."""
+    from tqdm import tqdm
+
+    tqdm.write(message, file=sys.stderr)
+
+
+def _print_photos(matches, as_json: bool, preview: bool = False, library=None, null: bool = False) -> None:
+    from .output import print_hits
+
+    for line in library.notices if library is not None else []:
+        _say(f"imgtxt: {line}")
+    if not matches:
+        click.echo("imgtxt: no photos match", err=True)
+    elif preview and not as_json:
+        from .preview import print_with_thumbnails
+
+        print_with_thumbnails(matches, library)
+    else:
+        print_hits(matches, "path", as_json, null=null)
+
+
+class CaptionProgress:
+    """The one-time embedding of a caption bank (minutes for 30,000 captions): a message, then a bar with ETA."""
+
+    def __enter__(self):
+        self.bar = None
+        return self
+
+    def announce(self, count: int) -> None:
+        _say(f"imgtxt: embedding {count} captions once (cached for next time)...")
+
+    def progress(self, done: int, total: int) -> None:
+        from tqdm import tqdm
+
+        if self.bar is None:
+            self.bar = tqdm(total=total, unit="caption", file=sys.stderr, disable=not sys.stderr.isatty())
+        self.bar.update(done - self.bar.n)
+
+    def __exit__(self, *exc):
+        if self.bar is not None:
+            self.bar.close()
+
+
+@command("index")
+@click.argument("paths", nargs=-1, required=True, type=PathType)
+@click.option("--exclude", multiple=True, help="Skip files or folders matching this glob (repeatable).")
+@index_opt
+@model_opt
+@click.option("--batch-size", type=click.IntRange(min=1), default=32, show_default=True,
+              help="Photos per CNN batch and per database commit.")
+@click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True, help="Decoding threads.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object on stdout.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar and no per-file messages.")
+@click.option("--prune", is_flag=True, help="Remove the photos of a folder that is missing or empty now "
+              "(by default they are kept: an unplugged drive looks the same).")
+@click.option("--rebuild", is_flag=True, help="Build a new database from the photos and swap it in when complete "
+              "(for a damaged index; the old file is kept as index.db.damaged).")
+@click.option("--ray", metavar="ADDRESS", default=None,
+              help="Embed on a Ray cluster: its address (ray://host:10001, auto), or 'local' for a Ray instance on "
+                   "this machine. Needs the ray extra.")
+def index_photos(paths, exclude, index_dir, model, batch_size, workers, as_json, quiet, prune, rebuild, ray):
+    """Index photo folders, incrementally.
+
+    PATHS are folders (or single photos), indexed recursively. New and changed photos are embedded, moved ones
+    recognised by their content; Ctrl-C keeps what is done.
+    """
+    progress = not quiet and sys.stderr.isatty()
+    summary = _library(index_dir, model).index(
+        list(paths), list(exclude), batch_size=batch_size, workers=workers, progress=progress, log=None if quiet else _say,
+        notice=_say, on_model_load=(lambda: _say("imgtxt: loading model…")) if progress else None,
+        prune=prune, rebuild=rebuild, ray_address=ray)
+    if as_json:
+        out = summary.as_dict()
+        out["skipped_files"] = [{"path": p, "reason": r} for p, r in sorted(summary.skipped.items())]
+        sys.stdout.write(json.dumps(out, ensure_ascii=False) + "\n")
+    else:
+        click.echo(summary.line())
+
+
+@command()
+@click.argument("text", nargs=-1, required=True)
+@count_opt
+@click.option("--min-score", type=float, default=None, help="Leave out photos scoring below this.")
+@click.option("--preview", is_flag=True, help="Show thumbnails in terminals that can draw images (kitty, iTerm2, "
+              "sixel).")
+@all_copies_opt
+@index_opt
+@query_model_opt
+@json_opt
+@null_opt
+def search(text, n, min_score, preview, all_copies, index_dir, model, as_json, null):
+    """Find photos by sentence.
+
+    TEXT is what the photo shows, e.g. `imgtxt search a dog running on the beach` (quotes optional).
+    """
+    import os
+
+    # One query is a few dozen small matmuls: a BLAS thread pool only adds wake-ups, which cost most on a busy
+    # machine. Set before numpy loads (search never imports it earlier); a user's own setting wins.
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, "1")
+    library = _library(index_dir, model)
+    _print_photos(library.search(" ".join(text), n, min_score, all_copies), as_json, preview, library, null)
+
+
+@command()
+@click.argument("photo", type=PathType)
+@click.option("-n", "n", type=click.IntRange(min=1), default=5, show_default=True, help="Number of captions.")
+@click.option("--captions", type=PathType, default=None,
+              help="Caption candidates, one per line (default: the model's training captions).")
+@index_opt
+@query_model_opt
+@json_opt
+def caption(photo, n, captions, index_dir, model, as_json):
+    """The captions that best describe a photo.
+
+    PHOTO need not be indexed.
+    """
+    from imgtxt.library.query import read_captions
+
+    from .output import print_hits
+
+    with CaptionProgress() as report:
+        hits = _library(index_dir, model).caption(photo, n, read_captions(captions) if captions else None,
+                                                  on_compute=report.announce, progress=report.progress)
+    print_hits(hits, "caption", as_json)
+
+
+@command()
+@click.argument("photo", type=PathType)
+@count_opt
+@all_copies_opt
+@index_opt
+@query_model_opt
+@json_opt
+@null_opt
+def similar(photo, n, all_copies, index_dir, model, as_json, null):
+    """Indexed photos that look most like a photo.
+
+    PHOTO may be indexed or not.
+    """
+    library = _library(index_dir, model)
+    _print_photos(library.similar(photo, n, all_copies), as_json, library=library, null=null)
+
+
+@command()
+@index_opt
+@json_opt
+@click.option("--skipped", is_flag=True, help="Also list the skipped files and why.")
+def status(index_dir, as_json, skipped):
+    """What is indexed.
+
+    The indexed folders with their photo counts, skipped files, the model, where the index lives, the last run.
+    """
+    from .output import print_status, printable
+
+    library = _library(index_dir, None)
+    report = library.status()
+    print_status(report.as_dict(), as_json)
+    if not as_json and report.folders:
+        sys.stdout.write("folders:\n")
+        for folder in report.folders:
+            sys.stdout.write(f"  {folder.photos:>7}  {printable(folder.path)}\n")
+    if skipped:
+        for path, reason in library.skipped():
+            sys.stdout.write(json.dumps({"path": path, "reason": reason}, ensure_ascii=False) + "\n" if as_json
+                             else f"{printable(path)}\t{printable(reason)}\n")
+
+
+@command()
+@index_opt
+@query_model_opt
+@click.option("--port", type=click.IntRange(1, 65535), default=8000, show_default=True, help="Port to listen on.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind (default: this machine only).")
+def serve(index_dir, model, port, host):
+    """Browse and search the index in a web browser.
+
+    A search box, thumbnails with scores; click a photo for its captions and similar photos.
+    """
+    from imgtxt.web.app import run
+
+    library = _library(index_dir, model)
+    library.status()  # no index: say so before anything slow
+    with CaptionProgress() as report:  # photo pages show captions: embed the bank before the first click
+        library.prepare_captions(report.announce, report.progress)
+    run(library, host, port)
+
+
+@command()
+@click.argument("path", type=PathType)
+@index_opt
+def forget(path, index_dir):
+    """Remove a folder or photo from the index.
+
+    PATH is a folder or a photo; the files stay where they are.
+    """
+    library = _library(index_dir, None)
+    removed = library.forget(path)
+    click.echo(f"forgot {removed} photos under {path.absolute()}; {library.status().photos} photos indexed")

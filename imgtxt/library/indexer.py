@@ -1,0 +1,373 @@
+"""One incremental `imgtxt index` run: scan, compare with the database, embed what is new, update the search files.
+
+- unchanged (same size and mtime, same model): not opened at all;
+- new or changed: hashed; a hash already in the index (a moved, renamed or copied photo) reuses the stored
+  vector, otherwise the photo is decoded (in worker threads, ahead of the CNN) and embedded in batches;
+- gone from disk: removed. A photo whose old path is gone and whose content reappears elsewhere is a move.
+Every batch is one SQLite transaction, so `kill -9` loses at most the batch in flight; the rerun sees the
+committed photos as unchanged. The vector search files follow SQLite at the end of a complete run, writing
+only what changed (vector_build.sync).
+
+A run only ever touches rows under its own roots: photos of other folders (an unplugged drive) are never
+opened nor removed, and a root that is missing or empty although it held photos keeps them unless
+`prune=True` (an unmounted drive looks exactly like an emptied folder).
+"""
+from __future__ import annotations
+
+import os
+import sqlite3
+import sys
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from imgtxt.model.images import ImageError, in_order, register_heif
+from imgtxt.safe_text import printable
+
+from . import vector_build
+from .index_folder import IndexLock, open_rebuild_store, swap_in_rebuild
+from .photo_paths import is_under, path_key
+from .photo_work import Work, decode, hash_work
+from .scan import Found, Problem, scan
+from .store import (
+    Store,
+    StoreError,
+    classify,
+    encode_vector,
+    make_private_dir,
+    now_iso,
+    write_error,
+)
+
+
+@dataclass
+class Summary:
+    added: int = 0
+    updated: int = 0
+    moved: int = 0
+    removed: int = 0
+    unchanged: int = 0
+    skipped: dict[str, str] = field(default_factory=dict)       # path key -> reason (all bad files under the roots)
+    new_skips: list[tuple[str, str]] = field(default_factory=list)  # reported during this run
+    embedded: int = 0                                              # photos that went through the CNN
+    indexed: int = 0                                               # photos searchable after the run
+    model_note: str = ""
+    kept_offline: dict[str, int] = field(default_factory=dict)     # root -> photos kept although it is missing/empty
+    vector_index: str = ""                                         # what the run did to the search files
+
+    def reason_counts(self) -> Counter:
+        return Counter(reason.split(" (")[0] for reason in self.skipped.values())
+
+    def as_dict(self) -> dict:
+        return {"added": self.added, "updated": self.updated, "moved": self.moved, "removed": self.removed,
+                "unchanged": self.unchanged, "skipped": len(self.skipped), "embedded": self.embedded,
+                "indexed": self.indexed, "skipped_reasons": dict(self.reason_counts()),
+                "kept_offline": dict(self.kept_offline), "vector_index": self.vector_index}
+
+    def line(self) -> str:
+        text = (f"{self.added} added, {self.updated} updated, {self.moved} moved, {self.removed} removed, "
+                f"{self.unchanged} unchanged, {len(self.skipped)} skipped")
+        if self.skipped:
+            text += " (" + ", ".join(f"{n} {r}" for r, n in self.reason_counts().most_common()) + ")"
+        return text + f"; {self.indexed} photos searchable"
+
+
+class NoPhotos(StoreError):
+    pass
+
+
+# --------------------------------------------------------------------------------- the run
+
+def run_index(index_dir: Path, roots: list[str], model, excludes=(), batch_size: int = 32, workers: int = 2,
+              progress: bool = False, log=None, notice=None, prune: bool = False, rebuild: bool = False,
+              ray_address: str | None = None) -> Summary:
+    """Index `roots` into the index folder. `log` gets per-file messages, `notice` the important ones.
+
+    prune: drop the photos of a root that is missing or empty now. rebuild: build a new database from the
+    photos into index.db.rebuild (a killed rebuild continues where it stopped) and swap it in only when it is
+    complete; the old index.db is kept as index.db.damaged. ray_address: embed on a Ray cluster (ray_index)."""
+    log = log or (lambda message: print(message, file=sys.stderr))
+    roots = [os.path.abspath(r) for r in roots]
+    register_heif()  # HEIC/HEIF photos when the optional pillow-heif is installed
+    index_dir = Path(index_dir)
+    missing = [r for r in roots if not os.path.lexists(r)]
+    if missing and not (index_dir / "index.db").exists():  # nothing can be kept for it: a typo, say so now
+        raise StoreError(f"no such folder: {missing[0]}")
+    try:
+        make_private_dir(index_dir)
+    except OSError as e:
+        raise write_error(index_dir, e) from None
+    with IndexLock(index_dir):  # before opening the store: a migration must not race another run
+        store = open_rebuild_store(index_dir) if rebuild else Store(index_dir)
+        try:
+            run = IndexRun(store, roots, model, batch_size, workers, progress, log, notice or log, prune)
+            run.ray_address = ray_address  # embed on a Ray cluster (ray_index) instead of this process
+            summary = run.execute(list(excludes))
+            store.checkpoint()
+        except sqlite3.DatabaseError as e:
+            raise classify(e, store.db_path) from None
+        finally:
+            store.close()
+        if rebuild:
+            swap_in_rebuild(index_dir)
+        return summary
+
+
+class IndexRun:
+    """The phases of one run, in order; each leaves the database consistent (committed in transactions)."""
+
+    def __init__(self, store: Store, roots, model, batch_size, workers, progress, log, notice, prune=False):
+        self.store, self.roots, self.model, self.model_id = store, roots, model, model.model_id
+        self.root_keys = [path_key(r) for r in roots]
+        self.prune = prune
+        self.batch_size, self.workers, self.progress, self.log, self.notice = batch_size, workers, progress, log, notice
+        self.summary = Summary()
+        self.writes: list = []     # pending database writes (callables), committed together
+
+    def execute(self, excludes) -> Summary:
+        found, problems = self.scan(excludes)
+        work, vanished = self.compare(found, problems)
+        to_embed, copies = self.reuse_known_content(work, vanished)
+        if to_embed:
+            self.embed(to_embed)
+        if copies:
+            self.place_copies(copies)
+        self.finish(found, problems, vanished)
+        return self.summary
+
+    # ------------------------------------------------------------------ bookkeeping
+    def commit(self) -> None:
+        try:
+            with self.store.db.atomic():
+                for write in self.writes:
+                    write()
+        except sqlite3.DatabaseError as e:  # disk full, I/O error: the transaction is rolled back, earlier ones kept
+            raise classify(e, self.store.db_path) from None
+        self.writes.clear()
+
+    def count_added_or_updated(self, w: Work) -> None:
+        if w.existing is None:
+            self.summary.added += 1
+        else:
+            self.summary.updated += 1
+
+    def skip(self, w: Work, reason: str) -> None:
+        key = path_key(w.path)
+        self.summary.skipped[key] = reason
+        self.summary.new_skips.append((key, reason))
+        self.log(f"imgtxt: skipped {printable(key)}: {reason}")
+        if w.existing is not None:
+            self.summary.removed += 1
+        self.writes.append(lambda: self.store.put_skipped(w.path, reason, w.size, w.mtime_ns))
+
+    # ------------------------------------------------------------------ 1. what is on disk now
+    def scan(self, excludes) -> tuple[dict[str, Found], list[Problem]]:
+        found: dict[str, Found] = {}
+        problems: list[Problem] = []
+        roots = [r for r in self.roots if os.path.lexists(r)]
+        for entry in scan(roots, excludes):
+            if isinstance(entry, Found):
+                found[path_key(entry.path)] = entry
+            else:
+                problems.append(entry)
+        return found, problems
+
+    # ------------------------------------------------------------------ 2. compare with the database, opening nothing
+    def offline_roots(self, found: dict[str, Found | None], problems: list[Problem], rows: dict) -> list[str]:
+        """Roots that are missing or show nothing although the index holds photos under them: an unmounted
+        drive or an empty mount point. Their photos are kept (counted in the summary) unless --prune.
+        `rows` may leave out the rows that matched the disk: a root that shows nothing has none of those."""
+        offline = []
+        for root, key in zip(self.roots, self.root_keys):
+            held = sum(1 for k in rows if is_under(k, [key]))
+            shows_something = any(is_under(k, [key]) for k in found) or \
+                any(is_under(path_key(p.path), [key]) for p in problems)
+            if not os.path.lexists(root) and not held:
+                raise StoreError(f"no such folder: {root}")
+            if held and not shows_something:
+                if self.prune:
+                    self.notice(f"imgtxt: {root} is missing or empty: removing its {held} photos (--prune)")
+                else:
+                    offline.append(key)
+                    self.summary.kept_offline[printable(root)] = held
+                    self.notice(f"imgtxt: {printable(root)} is missing or empty (an unplugged drive?): kept its "
+                                f"{held} photos; pass --prune to remove them")
+        return offline
+
+    def compare(self, found: dict[str, Found | None], problems: list[Problem]) -> tuple[list[Work], set[str]]:
+        # Streamed: a row that matches the disk (nearly every row of a rerun) is counted and dropped, and its
+        # scan entry freed (set to None), so a million-photo rerun never holds both sides in memory.
+        rows: dict = {}
+        for row in self.store.iter_photo_rows():
+            entry = found.get(row.path)
+            if entry is not None and (entry.size, entry.mtime_ns, self.model_id) == \
+                    (row.size, row.mtime_ns, row.model_id):
+                self.summary.unchanged += 1
+                found[row.path] = None
+            else:
+                rows[row.path] = row
+        skipped = self.store.skipped_rows()
+        self.rows, self.old_skips = rows, skipped
+        offline = self.offline_roots(found, problems, rows)
+        if not found and not any(is_under(k, self.root_keys) for k in rows):
+            from .scan import photo_suffixes
+
+            raise NoPhotos(f"no photos under {', '.join(self.roots)} "
+                           f"(looked for {', '.join(sorted(photo_suffixes()))})")
+        others = self.store.other_model_ids(self.model_id)
+        if others:
+            outside = sum(1 for k, r in rows.items() if r["model_id"] != self.model_id and not is_under(k, self.root_keys))
+            self.summary.model_note = (f"the index holds {sum(others.values())} vectors of another model "
+                                       f"({', '.join(others)}); re-embedding those under these folders with "
+                                       f"{self.model_id}")
+            if outside:
+                self.summary.model_note += (f"; {outside} photos outside them are not searchable with this model "
+                                            f"until their folders are indexed again")
+            self.notice(f"imgtxt: {self.summary.model_note}")
+
+        work: list[Work] = []
+        for key, entry in found.items():
+            if entry is None:
+                continue  # unchanged, counted above
+            row = rows.get(key)
+            old_skip = skipped.get(key)
+            if row is None and old_skip and (old_skip["size"], old_skip["mtime_ns"]) == (entry.size, entry.mtime_ns):
+                self.summary.skipped[key] = old_skip["reason"]  # known bad and unchanged: not retried
+                continue
+            work.append(Work(entry.path, entry.size, entry.mtime_ns, row))
+        # Only rows under this run's roots can vanish; rows elsewhere are never opened, stat'ed nor removed
+        # (their drive may be unplugged, and a path the database merely names could be anything, /dev/zero).
+        # A folder that could not be read this time (permissions, a path too long) keeps its photos too.
+        unread = [path_key(p.path) for p in problems if p.reason.startswith(("cannot read folder", "path too long"))]
+        keep = offline + unread
+        vanished = {k for k in rows if k not in found and is_under(k, self.root_keys) and not is_under(k, keep)}
+        return work, vanished
+
+    # ------------------------------------------------------------------ 3. hash; known content keeps its vector
+    def reuse_known_content(self, work: list[Work], vanished: set[str]) -> tuple[list[Work], list[Work]]:
+        """Moves, renames, copies and touched files get the stored vector. Returns the photos to embed and the
+        copies of those (same bytes, found in this run), which get the vector once it is stored.
+
+        Every decision is O(1): vanished rows by hash from memory, a donor vector by an index lookup."""
+        known_hashes = self.store.hashes_with_vectors(self.model_id)
+        vanished_by_hash: dict[str, list[str]] = {}
+        for key in sorted(vanished):
+            row = self.rows[key]
+            if row["model_id"] == self.model_id:
+                vanished_by_hash.setdefault(row["hash"], []).append(key)
+        to_embed: list[Work] = []
+        copies: list[Work] = []
+        first_of_hash: set[str] = set()
+        for w, _ in in_order(hash_work, work, self.workers, 64):
+            if w.error:
+                self.skip(w, w.error)
+            elif w.hash not in known_hashes:
+                (copies if w.hash in first_of_hash else to_embed).append(w)
+                first_of_hash.add(w.hash)
+            elif w.existing is not None and w.existing["hash"] == w.hash and w.existing["model_id"] == self.model_id:
+                self.summary.unchanged += 1  # touched, same bytes: just note the new mtime
+                self.writes.append(lambda w=w: self.store.move_photo(w.existing["id"], w.path, w.size, w.mtime_ns))
+            else:
+                candidates = vanished_by_hash.get(w.hash, [])
+                while candidates and candidates[-1] not in vanished:
+                    candidates.pop()
+                if candidates:
+                    old = candidates.pop()
+                    vanished.discard(old)
+                    self.summary.moved += 1
+                    self.writes.append(
+                        lambda w=w, i=self.rows[old]["id"]: self.store.move_photo(i, w.path, w.size, w.mtime_ns))
+                else:
+                    self.reuse_vector(w)
+            if len(self.writes) >= 256:
+                self.commit()
+        self.commit()
+        return to_embed, copies
+
+    def reuse_vector(self, w: Work) -> bool:
+        donor = self.store.vector_for_hash(w.hash, self.model_id)
+        if donor is None:
+            return False
+        self.count_added_or_updated(w)
+        self.writes.append(lambda w=w, d=donor: self.store.put_photo(
+            w.path, w.size, w.mtime_ns, w.hash, d["width"], d["height"], d["embedding"], self.model_id))
+        return True
+
+    def place_copies(self, copies: list[Work]) -> None:
+        """Copies of a photo embedded in this run share its vector; if the first copy could not be decoded,
+        the others are tried on their own."""
+        left = [w for w in copies if not self.reuse_vector(w)]
+        self.commit()
+        if left:
+            self.embed(left)
+
+    # ------------------------------------------------------------------ 4. decode in threads, embed in batches
+    def embed(self, to_embed: list[Work]) -> None:
+        if getattr(self, "ray_address", None):
+            from .ray_index import embed_on_ray
+
+            return embed_on_ray(self, to_embed, self.ray_address)
+        # Decoding costs ~4x the CNN per photo: the decoding threads get the cores, the CNN what is left.
+        # The CNN loads here, only when something needs embedding.
+        embedder = self.model.image_embedder(threads=max(1, (os.cpu_count() or 1) - self.workers))
+        bar = None
+        if self.progress:
+            from tqdm import tqdm
+
+            bar = tqdm(total=len(to_embed), unit="photo", file=sys.stderr, dynamic_ncols=True, smoothing=0.1)
+        batch: list[tuple[Work, tuple]] = []
+
+        def embed_batch():
+            if batch:
+                squares = np.stack([square for _, (square, _, _) in batch])
+                vectors = self.model.embed_images(squares).astype(np.float32)
+                for (w, (_, width, height)), vector in zip(batch, vectors):
+                    self.count_added_or_updated(w)
+                    self.writes.append(lambda w=w, wd=width, ht=height, v=encode_vector(vector): self.store.put_photo(
+                        w.path, w.size, w.mtime_ns, w.hash, wd, ht, v, self.model_id))
+                self.summary.embedded += len(batch)
+            done = len(self.writes)
+            self.commit()  # one transaction per batch: kill -9 loses at most this batch
+            if bar is not None:
+                bar.update(done)
+            batch.clear()
+
+        size = embedder.resize_size
+        for w, result in in_order(lambda w: decode(w, size), to_embed, self.workers, 4 * self.batch_size):
+            if isinstance(result, ImageError):
+                self.skip(w, str(result))
+            else:
+                batch.append((w, result))
+            if len(batch) >= self.batch_size:
+                embed_batch()
+        embed_batch()
+        if bar is not None:
+            bar.close()
+
+    # ------------------------------------------------------------------ 5. removals, folder problems, vectors
+    def finish(self, found: dict[str, Found], problems: list[Problem], vanished: set[str]) -> None:
+        store, summary = self.store, self.summary
+        with store.db.atomic():
+            store.remove_photos(sorted(vanished))
+            summary.removed += len(vanished)
+            store.remove_skipped([k for k in self.old_skips if k not in found and is_under(k, self.root_keys)])
+            for problem in problems:  # unreadable folders, link loops: re-checked on every run
+                key = path_key(problem.path)
+                summary.skipped[key] = problem.reason
+                if self.old_skips.get(key, {}).get("reason") != problem.reason:
+                    summary.new_skips.append((key, problem.reason))
+                    self.log(f"imgtxt: skipped {printable(key)}: {problem.reason}")
+                store.put_skipped(problem.path, problem.reason)
+        dim = self.model.config["joint"]["embed_dim"]
+        try:
+            synced = vector_build.sync(store, self.model_id, dim, self.model.similarity_kind)
+        except OSError as e:  # disk full while writing the vector files: the database is complete, the old files stay
+            raise write_error(store.index_dir, e) from None
+        summary.indexed, summary.vector_index = synced.live, synced.line()
+        if synced.seconds >= 1.0:  # a rebuild of many photos: say why it took a while
+            self.log(f"imgtxt: {synced.line()}")
+        store.set_meta(model_id=self.model_id, model_folder=str(Path(self.model.folder).resolve()),
+                       similarity=self.model.similarity_kind, embed_dim=dim, last_run=now_iso(),
+                       photos=summary.indexed)

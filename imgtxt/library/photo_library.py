@@ -1,0 +1,374 @@
+"""imgtxt as a Python library: a `Library` is one index folder and the model that reads it.
+
+    from imgtxt import Library
+    lib = Library("/tmp/my-index")          # index folder; default $IMGTXT_INDEX_DIR or ~/.local/share/imgtxt
+    lib.index(["~/Photos"])                 # incremental, like `imgtxt index`
+    for match in lib.search("a dog on a beach", n=5):
+        print(match.rank, match.score, match.path)
+
+Every method returns plain dataclasses and raises `ImgtxtError` (one line, for a user) when it cannot answer.
+This is a facade: scanning and embedding live in indexer.py, queries in query.py; the CLI and the web app
+are thin layers over this class. Query methods never import torch unless a photo outside the index has to
+go through the CNN.
+"""
+from __future__ import annotations
+
+import json
+import os
+from collections import defaultdict
+from pathlib import Path
+
+from imgtxt import paths
+from imgtxt.errors import ImgtxtError, Interrupted
+from imgtxt.model.modelfile import ModelError, TrainedModel
+
+from .photo_paths import path_key
+from .query import QueryError
+from .results import CaptionMatch, Folder, PhotoMatch, PhotoRecord, Status
+from .store import StoreError
+
+
+def _database_errors(method):
+    """An SQLite error anywhere below becomes one StoreError line that names the recovery (busy, cannot write,
+    or damaged: `imgtxt index --rebuild`)."""
+    import functools
+    import sqlite3
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        from .store import DB_NAME, classify
+
+        try:
+            return method(self, *args, **kwargs)
+        except sqlite3.DatabaseError as e:
+            raise classify(e, self.index_dir / DB_NAME) from None
+    return wrapper
+
+
+def load_model(folder: Path | str | None) -> TrainedModel:
+    try:
+        return TrainedModel.load(folder)
+    except ModelError as e:
+        raise ModelError(f"unusable model: {e}") from None
+
+
+class Library:
+    """One photo index. `model`: a model folder (default: $IMGTXT_MODEL, else for queries the model the
+    index was built with, else the model shipped with imgtxt)."""
+
+    def __init__(self, index_dir: Path | str | None = None, model: Path | str | None = None):
+        self.index_dir = paths.index_dir(index_dir)
+        self._model_choice = paths.chosen_model_dir(model)
+        self._models: dict[str, TrainedModel] = {}
+        self.notices: list[str] = []   # one-line warnings of the last query (e.g. a damaged vector file)
+
+    # ------------------------------------------------------------------ the model
+    def _model(self, folder: Path | None) -> TrainedModel:
+        key = str(folder)
+        if key not in self._models:
+            self._models[key] = load_model(folder)
+        return self._models[key]
+
+    def _query_model(self, index) -> TrainedModel:
+        """The chosen model, else the one the index was built with, else the shipped default."""
+        folder = self._model_choice or (index.model_folder() if index is not None else None)
+        return self._model(folder or paths.default_model_dir())
+
+    @property
+    def model(self) -> TrainedModel:
+        """The model queries use (loads it; its CNN part loads only when a photo must be embedded)."""
+        index = self._open(required=False)
+        try:
+            return self._query_model(index)
+        finally:
+            _close(index)
+
+    def _open(self, required: bool = True):
+        from .query import Index
+
+        try:
+            return Index(self.index_dir)
+        except StoreError:
+            if required:
+                raise
+            return None
+
+    # ------------------------------------------------------------------ indexing
+    @_database_errors
+    def index(self, folders, exclude=(), batch_size: int = 32, workers: int = 2, progress: bool = False,
+              log=None, notice=None, on_model_load=None, prune: bool = False, rebuild: bool = False,
+              ray_address: str | None = None):
+        """Index folders (or single photos) incrementally; returns indexer.Summary.
+
+        `log(message)` gets per-file messages, `notice(message)` important ones, `on_model_load()` is called
+        before the CNN loads (seconds). Ctrl-C keeps what was committed searchable and raises Interrupted.
+        `prune`: drop the photos of a folder that is missing or empty now (kept by default: an unplugged drive
+        looks the same). `rebuild`: build a new database from the photos, swapped in only when complete.
+        `ray_address`: embed on a Ray cluster ('local', 'auto' or ray://host:port) instead of this process.
+        """
+        from .indexer import run_index
+
+        model = self._model(self._model_choice or paths.default_model_dir())
+        model.on_cnn_load = on_model_load
+        roots = [os.path.abspath(os.path.expanduser(str(f))) for f in folders]
+        try:
+            summary = run_index(self.index_dir, roots, model, exclude, batch_size=batch_size, workers=workers,
+                                progress=progress, log=log or (lambda message: None), notice=notice, prune=prune,
+                                rebuild=rebuild, ray_address=ray_address)
+        except KeyboardInterrupt:
+            raise Interrupted(self._keep_committed(model, roots)) from None
+        finally:
+            model.on_cnn_load = None
+        self._update_folders(add=roots)
+        return summary
+
+    def _keep_committed(self, model: TrainedModel, roots: list[str]) -> int:
+        """After Ctrl-C: make the committed photos searchable (vector files + meta), as a finished run would."""
+        from . import vector_build
+        from .indexer import IndexLock
+        from .store import Store, now_iso
+
+        with IndexLock(self.index_dir):
+            store = Store(self.index_dir)
+            try:
+                saved = store.count_photos(model.model_id)
+                if store.meta().get("model_id") in (None, model.model_id):  # never hide another model's index
+                    dim = model.config["joint"]["embed_dim"]
+                    count = vector_build.sync(store, model.model_id, dim, model.similarity_kind).live
+                    store.set_meta(model_id=model.model_id, model_folder=str(Path(model.folder).resolve()),
+                                   similarity=model.similarity_kind, embed_dim=dim, last_run=now_iso(),
+                                   photos=count)
+                self._write_folders(store, add=roots)
+            finally:
+                store.close()
+        return saved
+
+    def _update_folders(self, add=(), remove=None) -> None:
+        from .indexer import IndexLock
+        from .store import Store
+
+        with IndexLock(self.index_dir):
+            store = Store(self.index_dir)
+            try:
+                self._write_folders(store, add, remove)
+            finally:
+                store.close()
+
+    @staticmethod
+    def _write_folders(store, add=(), remove=None) -> None:
+        """The folders the user indexed, for `status` (meta key "folders"); nested ones fold into their parent."""
+        from .photo_paths import is_under
+
+        folders = set(json.loads(store.meta().get("folders", "[]"))) | {path_key(a) for a in add}
+        if remove is not None:
+            folders = {f for f in folders if not is_under(f, [remove])}
+        kept = sorted(f for f in folders if not any(f != g and is_under(f, [g]) for g in folders))
+        store.set_meta(folders=json.dumps(kept))
+
+    @_database_errors
+    def forget(self, path: Path | str) -> int:
+        """Remove a photo, or every photo under a folder, from the index (never from disk). Returns how many."""
+        from . import vector_build
+        from .indexer import IndexLock
+        from .photo_paths import is_under
+        from .store import Store
+
+        _close(self._open())  # a clear "no index at" when there is none
+        key = path_key(os.path.abspath(os.path.expanduser(str(path))))
+        with IndexLock(self.index_dir):
+            store = Store(self.index_dir)
+            try:
+                photos = [k for k in store.photo_rows() if is_under(k, [key])]
+                skipped = [k for k in store.skipped_rows() if is_under(k, [key])]
+                if not photos and not skipped:
+                    raise StoreError(f"nothing indexed at {key}")
+                meta = store.meta()
+                with store.db.atomic():
+                    store.remove_photos(photos)
+                    store.remove_skipped(skipped)
+                if meta.get("model_id"):
+                    # Removed photos stay in the vector files as dead ids (SQLite drops them) until too many do.
+                    count = vector_build.sync(store, meta["model_id"], int(meta["embed_dim"]), meta["similarity"]).live
+                    store.set_meta(photos=count)
+                self._write_folders(store, remove=key)
+            finally:
+                store.close()
+        return len(photos)
+
+    # ------------------------------------------------------------------ queries
+    @_database_errors
+    def search(self, text: str, n: int = 10, min_score: float | None = None,
+               all_copies: bool = False) -> list[PhotoMatch]:
+        """Photos that match a sentence, best first."""
+        from .query import search
+
+        self.notices = []
+        index = self._open()
+        try:
+            model = self._query_model(index)
+            return _distinct(index, model, lambda want: search(index, model, text, want, min_score), n, all_copies)
+        finally:
+            _close(index, self)
+
+    @_database_errors
+    def similar(self, photo: Path | str, n: int = 10, all_copies: bool = False) -> list[PhotoMatch]:
+        """Indexed photos that look most like `photo` (indexed or not), best first, itself left out."""
+        from .query import check_photo, photo_vector, similar
+
+        self.notices = []
+        index = self._open()
+        try:
+            model = self._query_model(index)
+            path = check_photo(str(photo))
+            vector = photo_vector(path, model, index, model.embed_photo)
+            return _distinct(index, model, lambda want: similar(index, model, vector, want, exclude=path),
+                             n, all_copies)
+        finally:
+            _close(index, self)
+
+    @_database_errors
+    def caption(self, photo: Path | str, n: int = 5, captions: list[str] | None = None,
+                on_compute=None, progress=None) -> list[CaptionMatch]:
+        """The captions that best describe a photo (default: the model's caption bank).
+
+        The bank's vectors are computed once per model and cached: `on_compute(count)` is called before that,
+        `progress(done, total)` during it."""
+        from .query import caption, check_photo, photo_vector
+
+        index = self._open(required=False)
+        try:
+            model = self._query_model(index)
+            path = check_photo(str(photo))
+            vector = photo_vector(path, model, index, model.embed_photo)
+            hits = caption(model, vector, n, captions, on_compute=on_compute, progress=progress)
+        finally:
+            _close(index)
+        return [CaptionMatch(h.rank, h.score, h.value) for h in hits]
+
+    @_database_errors
+    def prepare_captions(self, on_compute=None, progress=None) -> None:
+        """Embed the model's caption bank now (once per model, then cached), so the first caption is quick."""
+        from .query import caption_vectors
+
+        index = self._open(required=False)
+        try:
+            model = self._query_model(index)
+        finally:
+            _close(index)
+        bank = model.caption_bank()
+        if bank:
+            caption_vectors(model, bank, on_compute, progress)
+
+    # ------------------------------------------------------------------ what is indexed
+    @_database_errors
+    def status(self) -> Status:
+        index = self._open()
+        try:
+            s = index.status()
+            folders = _folder_counts(index, s["model"])
+        finally:
+            _close(index)
+        return Status(s["photos"], s["skipped"], s["model"], s["index_dir"], s["db"], s["last_run"], folders)
+
+    @_database_errors
+    def skipped(self) -> list[tuple[str, str]]:
+        """(path, reason) of every file that could not be indexed."""
+        index = self._open()
+        try:
+            return index.skipped()
+        finally:
+            _close(index)
+
+    @_database_errors
+    def photo(self, photo_id: int) -> PhotoRecord:
+        """An indexed photo by row id (the web app serves photos by id only)."""
+        index = self._open()
+        try:
+            row = index.conn.execute("SELECT id, path, path_bytes, hash, width, height FROM photos WHERE id = ?",
+                                     [int(photo_id)]).fetchone()
+        finally:
+            _close(index)
+        if row is None:
+            raise QueryError(f"no indexed photo with id {photo_id}")
+        from .photo_paths import real_path
+
+        return PhotoRecord(row[0], real_path(row[1], row[2]), row[3], row[4], row[5])
+
+    @_database_errors
+    def thumbnail(self, photo_id: int, size: int = 256) -> Path:
+        """A JPEG thumbnail of an indexed photo, made once and kept in the cache folder."""
+        from .thumbnails import thumbnail
+
+        record = self.photo(photo_id)
+        return thumbnail(record.path, record.hash, size)
+
+
+# ---------------------------------------------------------------------------------------- helpers
+
+def _close(index, library: "Library | None" = None) -> None:
+    if index is not None:
+        if library is not None:
+            library.notices.extend(index.notices)
+        index.conn.close()
+
+
+
+def _distinct(index, model, ranked, n: int, all_copies: bool) -> list[PhotoMatch]:
+    """`ranked(want)` -> query.Hits; identical files (same content hash) collapse into the best-ranked one,
+    which lists the others as copies. Asks for more hits until n distinct photos or no more."""
+    want = n
+    while True:
+        hits = ranked(want)
+        rows = _rows_by_path(index, [h.value for h in hits])
+        matches, seen = [], set()
+        for h in hits:
+            photo_id, content_hash = rows.get(h.value, (0, None))
+            if not all_copies and content_hash is not None:
+                if content_hash in seen:
+                    continue
+                seen.add(content_hash)
+            matches.append(PhotoMatch(len(matches) + 1, h.score, h.value, photo_id, real=h.real))
+        if all_copies or len(matches) >= n or len(hits) < want:
+            break
+        want *= 2
+    matches = matches[:n]
+    if not all_copies:
+        copies = _paths_by_hash(index, model.model_id, [rows[m.path][1] for m in matches if m.path in rows])
+        for m in matches:
+            if m.path in rows:
+                m.copies = [p for p in copies.get(rows[m.path][1], []) if p != m.path]
+    return matches
+
+
+def _rows_by_path(index, keys: list[str]) -> dict[str, tuple[int, str]]:
+    if not keys:
+        return {}
+    marks = ",".join("?" * len(keys))
+    sql = f"SELECT path, id, hash FROM photos WHERE path IN ({marks})"
+    return {p: (i, h) for p, i, h in index.conn.execute(sql, keys).fetchall()}
+
+
+def _paths_by_hash(index, model_id: str, hashes: list[str]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = defaultdict(list)
+    if hashes:
+        marks = ",".join("?" * len(hashes))
+        sql = f"SELECT hash, path FROM photos WHERE model_id = ? AND hash IN ({marks}) ORDER BY path"
+        for h, p in index.conn.execute(sql, [model_id, *hashes]).fetchall():
+            out[h].append(p)
+    return out
+
+
+def _folder_counts(index, model_id: str | None) -> list[Folder]:
+    """Photos per indexed folder; photos outside the recorded folders (older indexes) count per parent folder."""
+    from .photo_paths import is_under
+
+    roots = json.loads(index.meta.get("folders", "[]"))
+    counts: dict[str, int] = {r: 0 for r in roots}
+    if model_id:
+        for (path,) in index.conn.execute("SELECT path FROM photos WHERE model_id = ?", [model_id]):
+            root = next((r for r in roots if is_under(path, [r])), None) or os.path.dirname(path)
+            counts[root] = counts.get(root, 0) + 1
+    return [Folder(p, c) for p, c in sorted(counts.items())]
+
+
+__all__ = ["Library", "PhotoMatch", "CaptionMatch", "Folder", "Status", "PhotoRecord", "ImgtxtError", "Interrupted"]

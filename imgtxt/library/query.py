@@ -1,0 +1,252 @@
+"""Answering queries against an index: text -> photos, photo -> captions, photo -> photos, status.
+
+Nothing here imports torch: text is encoded by the model's numpy text encoder, indexed photos use their stored
+vectors, and the vector search files are memory-mapped. Only a photo that is not in the index needs the CNN, and the
+caller passes a `embed_photo` function for that case.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import re
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from imgtxt.errors import ImgtxtError
+
+from . import vector_index
+from .photo_paths import path_key, real_path
+from .store import StoreError, decode_vectors, open_readonly, read_meta
+
+MAX_QUERY_CHARS = 1000   # a caption is a sentence; a 100,000-character "query" took minutes and 400 MB
+
+
+class QueryError(ImgtxtError):
+    """A query that cannot be answered: empty, no known words, a missing photo."""
+
+
+@dataclass
+class Hit:
+    rank: int
+    score: float
+    value: str      # a path (its key: non-UTF-8 bytes escaped), or a caption
+    real: str | None = None   # the path to open, when it differs from the key
+
+
+class Index:
+    """A read-only view of an index folder: the SQLite rows and the vector search files of its model."""
+
+    def __init__(self, index_dir: Path):
+        self.dir = Path(index_dir)
+        self.conn = open_readonly(self.dir)
+        self.notices: list[str] = []   # one-line warnings for the user (e.g. a damaged vector file)
+        try:
+            self.meta = read_meta(self.conn)
+        except sqlite3.OperationalError as e:
+            raise StoreError(f"{self.dir}: not an imgtxt index ({e})") from None
+
+    @property
+    def model_id(self) -> str | None:
+        return self.meta.get("model_id")
+
+    def model_folder(self) -> Path | None:
+        folder = self.meta.get("model_folder")
+        return Path(folder) if folder and Path(folder).is_dir() else None
+
+    def count(self, table: str, model_id: str | None = None) -> int:
+        if model_id:
+            return self.conn.execute(f"SELECT count(*) FROM {table} WHERE model_id = ?", [model_id]).fetchone()[0]
+        return self.conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+
+    def vectors(self, model):
+        if self.model_id is None:
+            raise StoreError(f"the index at {self.dir} has no completed run yet: run `imgtxt index FOLDER`")
+        if self.model_id != model.model_id:
+            raise StoreError(f"the index at {self.dir} was built with model {self.model_id}, not {model.model_id}: "
+                             f"run `imgtxt index` with this model to re-embed, or pass the index's --model")
+        empty = StoreError(f"the index at {self.dir} is empty: run `imgtxt index FOLDER` with some photos")
+        if self.meta.get("photos", "1") == "0":
+            raise empty
+        # Checked against the record in SQLite before anything is mapped; if they differ, exact search from
+        # SQLite and a one-line notice.
+        vectors = vector_index.open_vectors(self.dir, self.meta, self.conn, model.model_id,
+                                            model.config["joint"]["embed_dim"], self.notices)
+        if len(vectors) == 0:
+            raise empty
+        return vectors
+
+    def paths(self, ids: list[int], chunk: int = 10_000) -> dict[int, tuple[str, str]]:
+        """id -> (key, path to open) of the ids still in the index (removed photos are left out), in chunks
+        (SQLite limits the variables of one statement)."""
+        out = {}
+        for start in range(0, len(ids), chunk):
+            part = ids[start:start + chunk]
+            sql = f"SELECT id, path, path_bytes FROM photos WHERE id IN ({','.join('?' * len(part))})"
+            out.update({i: (key, real_path(key, raw)) for i, key, raw in self.conn.execute(sql, part)})
+        return out
+
+    def stored_vector(self, path: str, model_id: str, dim: int) -> np.ndarray | None:
+        """The indexed vector of a photo, if the file is unchanged since it was embedded by this model."""
+        row = self.conn.execute("SELECT size, mtime_ns, embedding, model_id FROM photos WHERE path = ?",
+                                [path_key(path)]).fetchone()
+        if row is None or row[3] != model_id:
+            return None
+        st = os.stat(path)
+        if (st.st_size, st.st_mtime_ns) != (row[0], row[1]):
+            return None
+        return decode_vectors([row[2]], dim)[0]
+
+    def skipped(self) -> list[tuple[str, str]]:
+        return self.conn.execute("SELECT path, reason FROM skipped ORDER BY path").fetchall()
+
+    def status(self) -> dict:
+        model_id = self.model_id
+        return {"photos": self.count("photos", model_id) if model_id else 0, "skipped": self.count("skipped"),
+                "model": model_id, "index_dir": str(self.dir.resolve()),
+                "db": str((self.dir / "index.db").resolve()), "last_run": self.meta.get("last_run")}
+
+
+# ------------------------------------------------------------------------------------- text -> photos
+
+def check_query(model, text: str) -> None:
+    if len(text) > MAX_QUERY_CHARS:
+        raise QueryError(f"query too long ({len(text)} characters; at most {MAX_QUERY_CHARS}): describe the photo "
+                         f"in a sentence")
+    reason = model.check_query(text)
+    if reason:
+        raise QueryError(reason)
+
+
+def rank(index: Index, model, vectors, query: np.ndarray, n: int, score_fn,
+         min_score: float | None = None, exclude: str | None = None) -> list[Hit]:
+    if min_score is not None and math.isnan(min_score):
+        raise QueryError("--min-score must be a number, not nan")
+    # Removed photos may still be in the search files (`dead`): ask for that many more, and map ids to the
+    # current paths, which leaves them out. The work is proportional to n (never more than the library holds),
+    # not to the library.
+    want = min(n + (1 if exclude else 0), len(vectors)) + vectors.dead
+    ids, scores = vectors.search(query, want, score_fn)
+    ids = ids.tolist()
+    if not ids:
+        return []
+    paths = index.paths(ids)
+    hits = []
+    for i in range(len(ids)):
+        key, path = paths.get(ids[i], (None, None))
+        if min_score is not None and scores[i] < min_score:
+            break  # best first: the rest score lower
+        if key is None or key == exclude:
+            continue
+        hits.append(Hit(len(hits) + 1, float(scores[i]), key, path))
+        if len(hits) == n:
+            break
+    return hits
+
+
+def search(index: Index, model, text: str, n: int = 10, min_score: float | None = None) -> list[Hit]:
+    check_query(model, text)
+    if min_score is not None and math.isnan(min_score):
+        raise QueryError("--min-score must be a number, not nan")
+    vectors = index.vectors(model)
+    query = model.encode_text([text])
+    score = (vector_index.dot_scorer(query[0]) if model.similarity_kind == "cosine"
+             else lambda images: model.scores(np.asarray(images), query)[:, 0])
+    return rank(index, model, vectors, query[0], n, score, min_score)
+
+
+# ------------------------------------------------------------------------------------- photo -> ...
+
+def check_photo(path: str) -> str:
+    path = os.path.abspath(path)
+    if not os.path.exists(path):
+        raise QueryError(f"{path}: no such file")
+    if os.path.isdir(path):
+        raise QueryError(f"{path}: is a folder, not a photo")
+    return path
+
+
+def photo_vector(path: str, model, index: Index | None, embed_photo) -> np.ndarray:
+    """The stored vector when the photo is indexed and unchanged, else the CNN's (`embed_photo(path)`)."""
+    if index is not None and index.model_id == model.model_id:
+        stored = index.stored_vector(path, model.model_id, model.config["joint"]["embed_dim"])
+        if stored is not None:
+            return stored
+    return embed_photo(path)
+
+
+def similar(index: Index, model, vector: np.ndarray, n: int = 10, exclude: str | None = None) -> list[Hit]:
+    vectors = index.vectors(model)
+    # Photo to photo: cosine between image vectors (an order score compares a caption to a photo).
+    return rank(index, model, vectors, vector, n, vector_index.dot_scorer(vector),
+                exclude=path_key(exclude) if exclude else None)
+
+
+def caption_cache_dir() -> Path:
+    from imgtxt.paths import cache_dir
+
+    return cache_dir() / "captions"
+
+
+def read_captions(file: Path) -> list[str]:
+    try:
+        captions = [line.strip() for line in Path(file).read_text(encoding="utf-8").splitlines() if line.strip()]
+    except (OSError, UnicodeDecodeError) as e:
+        raise QueryError(f"{file}: cannot read captions ({e})") from None
+    if not captions:
+        raise QueryError(f"{file}: no captions in it (one caption per line)")
+    return captions
+
+
+def caption_vectors(model, captions: list[str], on_compute=None, progress=None) -> np.ndarray:
+    """Embeddings of a caption list, cached on disk by model id and caption content.
+
+    The default bank is ~30k training captions: minutes of numpy GRU on a busy 2-core CPU, so it is done once
+    per model, in batches of similar-length captions (padding steps are wasted work). `on_compute(n)` is
+    called before a cache miss is computed, for a "this takes a while, once" message; `progress(done, total)`
+    after each chunk of captions, for a progress bar.
+    """
+    digest = hashlib.sha256("\n".join(captions).encode("utf-8")).hexdigest()[:16]
+    # The model id comes from model.json: only safe characters may reach a file name (no "../").
+    safe_id = re.sub(r"[^A-Za-z0-9_.-]", "_", model.model_id).lstrip(".")
+    path = caption_cache_dir() / f"{safe_id}-{digest}.npy"
+    try:
+        cached = np.load(path)
+        if cached.shape == (len(captions), model.config["joint"]["embed_dim"]):
+            return cached
+    except (OSError, ValueError):
+        pass
+    if on_compute is not None:
+        on_compute(len(captions))
+    vectors = model.encode_text(captions, batch_size=128,
+                                progress=(lambda done: progress(done, len(captions))) if progress else None)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        with open(tmp, "wb") as f:
+            np.save(f, vectors)
+        os.replace(tmp, path)  # a concurrent reader never sees half a file
+    except OSError:
+        pass  # a read-only cache only costs speed
+    return vectors
+
+
+def caption(model, vector: np.ndarray, n: int = 5, captions: list[str] | None = None,
+            on_compute=None, progress=None) -> list[Hit]:
+    bank = captions if captions is not None else model.caption_bank()
+    if not bank:
+        raise QueryError(f"the model in {model.folder} has no caption bank (captions.txt); pass --captions FILE")
+    scores = model.scores(vector[None, :], caption_vectors(model, bank, on_compute, progress))[0]
+    order = np.argsort(-scores, kind="stable")
+    hits, seen = [], set()
+    for i in order:
+        if bank[i].lower() in seen:  # the bank repeats common captions
+            continue
+        seen.add(bank[i].lower())
+        hits.append(Hit(len(hits) + 1, float(scores[i]), bank[i]))
+        if len(hits) == n:
+            break
+    return hits

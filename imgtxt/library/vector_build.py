@@ -1,0 +1,210 @@
+"""Writing the search files (see vector_index.py for their layout and how searches read them): a full build
+sorted into k-means cells, rows appended since, and `sync`, which after an index run does only what changed.
+
+Every file is written under a new generation name (or appended past its recorded length) and fsynced before the
+record in SQLite points at it, so a search, or a crash at any point, never meets half a file.
+"""
+from __future__ import annotations
+
+import os
+import secrets
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from . import (
+    vector_index,  # its tuning constants are read through the module, so tests and bench/ can vary them
+)
+from .store import now_precise, vector_chunks
+from .vector_index import Record, add_row_dtype, digest, file_stem, main_bytes
+
+
+def kmeans(sample: np.ndarray, cells: int, spherical: bool, seed: int = 0) -> np.ndarray:
+    """Lloyd's k-means (spherical: unit centroids, for cosine) on a sample; empty cells are re-seeded."""
+    rng = np.random.default_rng(seed)
+    centroids = sample[rng.choice(len(sample), cells, replace=False)].copy()
+    for _ in range(vector_index.KMEANS_ITERATIONS):
+        assign = nearest_cell(sample, centroids)
+        counts = np.bincount(assign, minlength=cells)
+        order = np.argsort(assign, kind="stable")
+        filled = np.flatnonzero(counts)
+        centroids = sample[rng.choice(len(sample), cells, replace=False)].copy()   # empty cells: re-seeded
+        centroids[filled] = (np.add.reduceat(sample[order], np.searchsorted(assign[order], filled))
+                             / counts[filled][:, None])
+        if spherical:
+            centroids /= np.maximum(np.linalg.norm(centroids, axis=1, keepdims=True), 1e-12)
+    return centroids
+
+
+def nearest_cell(x: np.ndarray, centroids: np.ndarray, chunk: int = 16384) -> np.ndarray:
+    """argmin of Euclidean distance (= argmax of cosine for unit centroids), in chunks to bound memory."""
+    half_norms = 0.5 * np.square(centroids).sum(axis=1)
+    return np.concatenate([np.argmax(np.asarray(x[s:s + chunk]) @ centroids.T - half_norms, axis=1)
+                           for s in range(0, len(x), chunk)]) if len(x) else np.zeros(0, np.int64)
+
+
+def cells_for(count: int) -> int:
+    return 0 if count <= vector_index.EXACT_MAX else max(vector_index.MIN_PROBE, round(count / vector_index.CELL_SIZE))
+
+
+def write_build(index_dir: Path, stem: str, chunks, model_id: str, dim: int, count: int, spherical: bool) -> Record:
+    """Write `<stem>.vec` from `chunks` ((ids, float32 vectors) pairs, `count` rows in all); returns its record."""
+    cells = cells_for(count)
+    size = main_bytes(count, cells, dim)
+    final = Path(index_dir) / f"{stem}.vec"
+    tmp = Path(index_dir) / f"{stem}.vec.tmp"
+    with _private_open(tmp) as f:
+        f.truncate(size)
+    ids = np.memmap(tmp, "<i8", "r+", 0, (count,))
+    vectors = np.memmap(tmp, "<f4", "r+", count * 8, (count, dim))
+    unsorted = vectors
+    if cells:  # stream into a scratch file first: rows are placed by cell once all are assigned
+        scratch = Path(index_dir) / f"{stem}.scratch"
+        with _private_open(scratch) as f:
+            f.truncate(count * (8 + dim * 4))
+        unsorted_ids = np.memmap(scratch, "<i8", "r+", 0, (count,))
+        unsorted = np.memmap(scratch, "<f4", "r+", count * 8, (count, dim))
+    row = 0
+    for chunk_ids, chunk in chunks:
+        if row + len(chunk_ids) > count:
+            raise RuntimeError("photos were added while the vector index was built")
+        (unsorted_ids if cells else ids)[row:row + len(chunk_ids)] = chunk_ids
+        unsorted[row:row + len(chunk_ids)] = chunk
+        row += len(chunk_ids)
+    if row != count:
+        raise RuntimeError("photos were removed while the vector index was built")
+    if cells:
+        rng = np.random.default_rng(count)
+        sample_rows = np.sort(rng.choice(count, min(count, vector_index.KMEANS_SAMPLE * cells), replace=False))
+        centroids = kmeans(np.asarray(unsorted[sample_rows]), cells, spherical)
+        assign = nearest_cell(unsorted, centroids)
+        order = np.argsort(assign, kind="stable")
+        position = np.empty(count, np.int64)  # read the scratch file in order, write each row where its cell is
+        position[order] = np.arange(count)
+        for s in range(0, count, 65536):
+            vectors[position[s:s + 65536]] = unsorted[s:s + 65536]
+            ids[position[s:s + 65536]] = unsorted_ids[s:s + 65536]
+        np.memmap(tmp, "<f4", "r+", count * 8 + count * dim * 4, (cells, dim))[:] = centroids
+        np.memmap(tmp, "<i8", "r+", count * 8 + (count + cells) * dim * 4, (cells + 1,))[:] = \
+            np.concatenate([[0], np.cumsum(np.bincount(assign, minlength=cells))])
+        del unsorted, unsorted_ids
+        scratch.unlink()
+    vectors.flush()
+    ids.flush()
+    del ids, vectors
+    _fsync(tmp)
+    record = Record(model_id, stem, count, cells, dim, size, 0, count, digest=digest(tmp, size))
+    os.replace(tmp, final)
+    return record
+
+
+def _private_open(path: Path, append: bool = False):
+    """Photo vectors are private like the database: new files are created 0600."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | (os.O_APPEND if append else os.O_TRUNC)
+    return os.fdopen(os.open(path, flags, 0o600), "ab" if append else "wb")
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _append(index_dir: Path, record: Record, store, model_id: str) -> int:
+    """Append the rows written since the last pass to the .add file (cut back to its recorded length first)."""
+    dtype = add_row_dtype(record.dim)
+    appended = 0
+    with _private_open(record.add_path(index_dir), append=True) as f:
+        f.truncate(record.add * dtype.itemsize)  # an earlier run may have died after appending
+        for ids, vectors in vector_chunks(store.db.conn, model_id, record.dim, (record.max_id, record.synced_at)):
+            rows = np.empty(len(ids), dtype)
+            rows["id"], rows["vector"] = ids, vectors
+            f.write(rows.tobytes())
+            appended += len(ids)
+        f.flush()
+        os.fsync(f.fileno())
+    return appended
+
+
+@dataclass
+class Synced:
+    action: str          # "unchanged", "appended", "rebuilt" or "empty"
+    live: int
+    rows: int = 0        # rows written
+    seconds: float = 0.0
+    reason: str = ""
+
+    def line(self) -> str:
+        if self.action == "appended":
+            return f"vector index: appended {self.rows} photos ({self.seconds:.1f} s)"
+        if self.action == "rebuilt":
+            return f"vector index: rebuilt from {self.rows} photos because {self.reason} ({self.seconds:.1f} s)"
+        return f"vector index: {self.action}"
+
+
+def sync(store, model_id: str, dim: int, similarity: str) -> Synced:
+    """Bring the files in step with SQLite after an index run, writing only what changed.
+
+    Nothing is written when no vector changed (SQLite's `vectors_dirty` flag, set with every vector written,
+    is clear and the files match their record); new and re-embedded rows are appended; a full rebuild happens
+    for a new model, missing or damaged files, a build crossing vector_index.EXACT_MAX, or too many appended/dead rows.
+    """
+    start = time.perf_counter()
+    index_dir = store.index_dir
+    meta = store.meta()
+    record = Record.from_meta(meta)
+    live = store.count_photos(model_id)
+    dirty = meta.get("vectors_dirty", "1") != "0"
+    valid = record.valid_for(index_dir, model_id, dim)
+    synced_at = now_precise()
+    max_id = store.db.execute("SELECT max(id) FROM photos").fetchone()[0] or 0
+    if live == 0:
+        store.set_meta(**Record(model_id, "", dim=dim, max_id=max_id, synced_at=synced_at).as_meta(),
+                       vectors_dirty=0)
+        _remove_other_files(index_dir, keep="")
+        return Synced("empty", 0)
+    removed = max(0, record.count + record.add - live) - record.add   # as `new.dead - new.add` below
+    if valid and not dirty and removed <= vector_index.REBUILD_FRACTION * record.count:
+        if record.live != live:  # photos were removed: only the count changes, the files do not
+            record.live = live
+            store.set_meta(vec_live=live)
+        return Synced("unchanged", live)
+    reason = ("the model changed" if record.model and record.model != model_id else
+              "there was none" if not record.file else "its files did not match the database" if not valid else "")
+    if not reason:
+        appended = _append(index_dir, record, store, model_id)
+        new = Record(**{**record.__dict__, "add": record.add + appended, "live": live, "max_id": max_id,
+                        "synced_at": synced_at})
+        new.add_digest = digest(new.add_path(index_dir), new.add_bytes())
+        if cells_for(new.count + new.add) > 0 and new.cells == 0:
+            reason = f"{new.count + new.add} photos are past exact search ({vector_index.EXACT_MAX})"
+        elif new.add > vector_index.REBUILD_FRACTION * new.count:
+            reason = f"{new.add} photos were added or changed since the last build of {new.count}"
+        elif new.dead - new.add > vector_index.REBUILD_FRACTION * new.count:
+            reason = f"{new.dead - new.add} of its {new.count} photos were removed"
+        else:
+            store.set_meta(**new.as_meta(), vectors_dirty=0)
+            return Synced("appended", live, appended, time.perf_counter() - start)
+    stem = file_stem(model_id, secrets.token_hex(4))
+    try:
+        new = write_build(index_dir, stem, vector_chunks(store.db.conn, model_id, dim), model_id, dim, live,
+                          similarity == "cosine")
+    except BaseException:
+        for leftover in Path(index_dir).glob(f"{stem}.*"):
+            leftover.unlink(missing_ok=True)
+        raise
+    new.max_id, new.synced_at = max_id, synced_at
+    store.set_meta(**new.as_meta(), vectors_dirty=0)
+    _remove_other_files(index_dir, keep=stem)
+    return Synced("rebuilt", live, live, time.perf_counter() - start, reason)
+
+
+def _remove_other_files(index_dir: Path, keep: str) -> None:
+    """Older generations, other models' files and Annoy files of earlier imgtxt versions."""
+    for path in Path(index_dir).glob("vectors-*"):
+        if not keep or not path.name.startswith(keep + "."):
+            path.unlink(missing_ok=True)

