@@ -1,7 +1,7 @@
 """Would an int8 CNN keep the shipped model's quality, and how much faster is it? (a measurement, not a feature)
 
     pip install nncf
-    IMGTXT_CACHE_DIR=/work/cache .venv/bin/python bench/cnn_int8.py [--data-dir ../shared/data/flickr8k]
+    .venv/bin/python bench/cnn_int8.py [--data-dir ../shared/data/flickr8k]
         [--calibration 300]
 
 The exported graph `imgtxt index` runs (Lite0 + FNE means) is quantized to int8 with OpenVINO's post-training

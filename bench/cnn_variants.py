@@ -1,6 +1,6 @@
 """Index-time CNN cost of each image-feature variant, side by side in one run, next to decoding a 12-MP JPEG.
 
-    IMGTXT_CACHE_DIR=/work/cache .venv/bin/python bench/cnn_variants.py [--images 64] [--rounds 3] [--threads 2]
+    .venv/bin/python bench/cnn_variants.py [--images 64] [--rounds 3] [--threads 2]
 
 Each variant is the exported feature graph `imgtxt index` runs (OpenVINO, fp32: crops, normalisation,
 EfficientNet-Lite, the FNE's per-layer means), exported once into <cache>/cnn/ (reused when there).

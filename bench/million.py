@@ -1,7 +1,7 @@
 """A 1M-photo library on one machine: CPU seconds and peak memory of a no-change `imgtxt index` rerun and of a
 run that adds 1%, and the full vector index build.
 
-    IMGTXT_CACHE_DIR=/work/cache .venv/bin/python bench/million.py [--size 1000000] [--root /dev/shm/imgtxt-million]
+    .venv/bin/python bench/million.py [--size 1000000] [--root /dev/shm/imgtxt-million]
         [--page-size 4096]    # SQLite's default page size instead of imgtxt's, for comparison
 
 Embedding a million photos would take days of CNN, so the library is written directly: SIZE small files under
@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from real_vectors import REPO, FittedMixture, load_model, photo_vectors  # noqa: E402
+from real_vectors import REPO, WORK, FittedMixture, load_model, photo_vectors  # noqa: E402
 
 from imgtxt.library.photo_work import file_hash  # noqa: E402
 
@@ -108,7 +108,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size", type=int, default=1_000_000)
     ap.add_argument("--root", type=Path, default=Path("/dev/shm/imgtxt-million"))
-    ap.add_argument("--work", type=Path, default=Path("/work/artifacts/scale"))
+    ap.add_argument("--work", type=Path, default=WORK, help=f"working folder, kept between runs for its cached vectors (default: {WORK})")
     ap.add_argument("--model", default=None)
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--page-size", type=int, default=None,

@@ -1,7 +1,7 @@
 """Does the torch-free ONNX CNN give the same features as torch? Raw max abs diff, discretized FNE agreement,
 and the shipped model's Flickr8k val rsum on ONNX features vs the cached torch fp32 features.
 
-    IMGTXT_CACHE_DIR=/work/cache .venv/bin/python bench/onnx_agreement.py [--data-dir ../shared/data/flickr8k]
+    .venv/bin/python bench/onnx_agreement.py [--data-dir ../shared/data/flickr8k]
 
 Needs the cached torch fp32 val features (`imgtxt features flickr8k --precision fp32`) and torch for the export.
 """

@@ -4,7 +4,7 @@ and a synthetic library of any size drawn from a distribution fitted to them.
 The photo vectors come from the cached raw FNE features (EfficientNet-Lite0, layer set `all`, 1 crop, fp32; compute
 them once with `imgtxt features flickr8k`), turned into joint vectors by `TrainedModel.encode_raw_images`. Caption
 vectors (the queries of a text search) come from the model's numpy text encoder. Both are cached as .npy under
---work (never in the repository).
+--work (default: imgtxt-bench under the system's temp folder; never in the repository).
 
 `FittedMixture`: random unit vectors are Annoy's and IVF's worst case and nothing like a photo library, so
 the synthetic vectors are drawn from a Gaussian mixture fitted to the 7,000 real train+val photo vectors in their
@@ -13,11 +13,13 @@ PCA basis (diagonal covariance per component), then L2-normalised like the model
 from __future__ import annotations
 
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
+WORK = Path(tempfile.gettempdir()) / "imgtxt-bench"   # --work default: cached vectors, rebuilt when missing
 sys.path.insert(0, str(REPO))
 DATA_DIR = REPO.parent / "shared" / "data" / "flickr8k"
 

@@ -1,7 +1,7 @@
 """Vector search at 100k and 1M photos: recall@10 against exact search, and query latency in-process.
 
-    IMGTXT_CACHE_DIR=/work/cache .venv/bin/python bench/vector_search.py [--sizes 100000,1000000]
-        [--queries 300] [--work /work/artifacts/scale] [--model imgtxt/weights/default]
+    .venv/bin/python bench/vector_search.py [--sizes 100000,1000000]
+        [--queries 300] [--work DIR] [--model imgtxt/weights/default]
 
 The library: the shipped model's 7,000 real Flickr8k train+val photo vectors plus synthetic ones drawn from a
 Gaussian mixture fitted to them (bench/real_vectors.py) up to the size. The queries: real val caption vectors
@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from real_vectors import FittedMixture, caption_vectors, load_model, photo_vectors  # noqa: E402
+from real_vectors import WORK, FittedMixture, caption_vectors, load_model, photo_vectors  # noqa: E402
 
 PROBES = [(8, 0.02), (16, 0.04), (16, 0.06), (16, 0.08), (32, 0.10)]
 
@@ -60,7 +60,7 @@ def main() -> None:
     ap.add_argument("--sizes", default="100000,1000000")
     ap.add_argument("--queries", type=int, default=300, help="caption queries (plus a third as many photo queries)")
     ap.add_argument("--model", default=None)
-    ap.add_argument("--work", type=Path, default=Path("/work/artifacts/scale"))
+    ap.add_argument("--work", type=Path, default=WORK, help=f"working folder, kept between runs for its cached vectors (default: {WORK})")
     args = ap.parse_args()
 
     import os

@@ -1,6 +1,6 @@
 """Does storing photo vectors as float16 (or int8) instead of float32 change what a search finds?
 
-    .venv/bin/python bench/vector_storage.py [--model imgtxt/weights/default] [--work /work/artifacts/scale]
+    .venv/bin/python bench/vector_storage.py [--model imgtxt/weights/default] [--work DIR]
 
 The shipped model's Flickr8k val photo vectors (from the cached fp32 FNE features) are rounded to each storage
 format and decoded back; prints val R@1/5/10 both ways and rsum for each, and how often a caption's top-10 photos
@@ -12,7 +12,7 @@ import argparse
 from pathlib import Path
 
 import numpy as np
-from real_vectors import caption_vectors, load_model, photo_vectors
+from real_vectors import WORK, caption_vectors, load_model, photo_vectors
 
 
 def int8_round_trip(x: np.ndarray) -> np.ndarray:
@@ -23,7 +23,7 @@ def int8_round_trip(x: np.ndarray) -> np.ndarray:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default=None)
-    ap.add_argument("--work", type=Path, default=Path("/work/artifacts/scale"))
+    ap.add_argument("--work", type=Path, default=WORK, help=f"working folder, kept between runs for its cached vectors (default: {WORK})")
     args = ap.parse_args()
 
     from imgtxt.research.metrics import evaluate_scores
