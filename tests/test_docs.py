@@ -146,6 +146,8 @@ def problems_of(args: list[str], commands: dict[str, click.Command]) -> list[str
     if not args:
         return []
     name, rest = args[0], args[1:]
+    if name in ("...", "…"):   # `imgtxt …`: any command
+        return []
     if name not in commands:
         return [f"no command {name!r} (imgtxt has {', '.join(commands)})"]
     known = option_names(commands[name])

@@ -34,6 +34,8 @@ def test_readme_python_example_runs_as_written(tmp_path, monkeypatch):
     assert len(ranked) == 3 and all(line.endswith(".jpg") for line in ranked)
     assert any(line.startswith("caption:") for line in lines)
     assert "folders: 1, photos: 6" in lines
+    errors = [line for line in lines if line.startswith("error: ")]
+    assert len(errors) == 1, "the example's error case raised nothing"
 
 
 def test_library_with_copies_forget_and_folders(tmp_path, tiny_model_dir, monkeypatch):
