@@ -37,6 +37,7 @@ def doc_id(path: Path) -> str:
 
 FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.S | re.M)
 SHELL_LANGUAGES = {"sh", "bash", "shell", "console", "zsh"}
+INDENTED = re.compile(r"(?:^|\n)\n((?: {4}[^\n]*\n)+)")   # a markdown code block by indentation
 INLINE = re.compile(r"(?<!`)`([^`\n]+)`(?!`)")
 # `imgtxt`, `.venv/bin/imgtxt`, `python -m imgtxt` at the start of a command
 COMMAND_WORD = re.compile(r"^(?:\S*bin/)?imgtxt$")
@@ -110,6 +111,8 @@ def commands_in(path: Path) -> list[tuple[str, list[str]]]:
         if match.group(1) in SHELL_LANGUAGES:
             found += commands_in_shell(match.group(2), doc_id(path))
     outside = FENCE.sub("", text)
+    for block in INDENTED.findall(outside):
+        found += commands_in_shell(re.sub(r"(?m)^ {4}", "", block), doc_id(path))
     for match in INLINE.finditer(outside):
         code = match.group(1).replace("\\|", "|")
         for segment in re.split(r"&&|;| \| ", code):
@@ -155,10 +158,19 @@ def problems_of(args: list[str], commands: dict[str, click.Command]) -> list[str
             if OPTION.match(flag := arg.split("=", 1)[0]) and flag not in known]
 
 
+REPO_PATH = re.compile(r"^(?:imgtxt|examples|bench|weights|tests|docs)/[\w./-]*$")
+
+
+def missing_paths_of(args: list[str]) -> list[str]:
+    """Repository paths a command names (a model folder, the example photos) that do not exist in the checkout."""
+    paths = [arg.strip("[]()") for arg in args]
+    return [f"no {path} in the repository" for path in paths if REPO_PATH.match(path) and not (REPO / path).exists()]
+
+
 def command_problems(paths: list[Path]) -> list[str]:
     commands = cli_commands()
     return [f"{where}: {problem}" for path in paths for where, args in commands_in(path)
-            for problem in problems_of(args, commands)]
+            for problem in problems_of(args, commands) + missing_paths_of(args)]
 
 
 def test_the_docs_show_commands():
@@ -181,12 +193,24 @@ def test_every_command_in_the_docs_exists():
     ("```sh\npip install . && .venv/bin/imgtxt status --jsn\n```\n", "has no option --jsn"),
     ("Run `imgtxt caption photo.jpg --top 3` to see.\n", "has no option --top"),
     ("| a | `imgtxt eval flickr8k --split val\\|test --metric thesis` |\n", "has no option --metric"),
+    ("```sh\n.venv/bin/imgtxt export-cnn weights/nosuch\n```\n", "no weights/nosuch in the repository"),
+    ("Export it once:\n\n    .venv/bin/imgtxt export-cnn weights/nosuch      # writes cnn.onnx\n\nThen", "no weights/nosuch"),
+    ("On a cluster:\n\n    pip install 'imgtxt[ray]'\n    imgtxt index /mnt/photos --rays auto\n", "has no option --rays"),
 ])
 def test_a_planted_bad_command_or_option_is_caught(tmp_path, planted, expected):
     doc = tmp_path / "planted.md"
     doc.write_text("# planted\n\n" + planted, encoding="utf-8")
     problems = command_problems([doc])
     assert any(expected in problem for problem in problems), problems
+
+
+BENCH_SCRIPT = re.compile(r"\bbench/[\w-]+\.py\b")
+
+
+def test_every_bench_script_named_in_the_docs_exists():
+    named = {(doc_id(path), script) for path in doc_files()
+             for script in BENCH_SCRIPT.findall(path.read_text(encoding="utf-8"))}
+    assert named and sorted((where, script) for where, script in named if not (REPO / script).is_file()) == []
 
 
 # --- words and paths ---------------------------------------------------------------------------------------------
