@@ -4,7 +4,8 @@
 - cache folder (dataset features, caption vectors, thumbnails): $IMGTXT_CACHE_DIR, else $XDG_CACHE_HOME/imgtxt
 - dataset folder: `--data-dir DIR`, else $IMGTXT_DATA_DIR
 - model folder: `--model DIR`, else $IMGTXT_MODEL, else the default model that ships inside the package
-  (imgtxt/weights/default, package data in the wheel and sdist, so it is found without a source tree)
+  (weights/default at the top of a checkout, installed as imgtxt/weights/default in the wheel and sdist, so it
+  is found without a source tree)
 """
 from __future__ import annotations
 
@@ -36,7 +37,10 @@ def data_dir(option: Path | str | None = None) -> Path | None:
 
 
 def default_model_dir() -> Path:
-    return Path(__file__).resolve().parent / "weights" / "default"
+    package = Path(__file__).resolve().parent
+    installed = package / "weights" / "default"       # a wheel or sdist install maps weights/ into the package
+    checkout = package.parent / "weights" / "default"  # a checkout (editable install) keeps it at the top
+    return installed if installed.is_dir() or not checkout.is_dir() else checkout
 
 
 def chosen_model_dir(option: Path | str | None = None) -> Path | None:

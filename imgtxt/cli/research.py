@@ -330,8 +330,36 @@ def export_cnn(model):
     click.echo(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
 
 
+@dataset_arg
+@click.argument("model", type=PathType)
+@data_dir_opt
+@click.option("--output", type=PathType, required=True, help="The new model folder")
+@click.option("--top-k", type=int, default=10, show_default=True, help="Classes combined per photo")
+@click.option("--json", "as_json", is_flag=True, help="Print the val table as one JSON object")
+@quiet_opt
+def add_concepts(dataset, model, data_dir, output, top_k, as_json, quiet):
+    """Add the ConSE bridge to a model.
+
+    The backbone's ImageNet classifier and the sentence vectors of its 1,000 class names join the model, with
+    fusion weights chosen on DATASET's val split; the class names join the caption bank. Needs torch.
+
+    MODEL is a model folder (a MiniLM model).
+    """
+    from imgtxt.research.concepts_fit import add_concepts as run
+
+    if not 1 <= top_k <= 1000:
+        raise UsageError("--top-k must be between 1 and 1000")
+    folder = _dataset(dataset, data_dir)
+    result = run(model, output, dataset, folder, top_k=top_k, quiet=quiet)
+    if as_json:
+        click.echo(json.dumps(result))
+    else:
+        click.echo(f"weight {result['weight']} + {result['confidence_weight']} x confidence -> {output}")
+
+
 def register(command) -> None:
     """Add the research commands with cli.py's `command(name, section)` decorator."""
     for name, function in (("features", features), ("train", train), ("eval", evaluate),
-                           ("backbone-download", backbone_download), ("export-cnn", export_cnn)):
+                           ("backbone-download", backbone_download), ("export-cnn", export_cnn),
+                           ("add-concepts", add_concepts)):
         command(name, SECTION)(function)

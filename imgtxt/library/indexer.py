@@ -360,7 +360,7 @@ class IndexRun:
                     summary.new_skips.append((key, problem.reason))
                     self.log(f"imgtxt: skipped {printable(key)}: {problem.reason}")
                 store.put_skipped(problem.path, problem.reason)
-        dim = self.model.config["joint"]["embed_dim"]
+        dim = self.model.vector_dim
         try:
             synced = vector_build.sync(store, self.model_id, dim, self.model.similarity_kind)
         except OSError as e:  # disk full while writing the vector files: the database is complete, the old files stay

@@ -133,7 +133,7 @@ class Library:
             try:
                 saved = store.count_photos(model.model_id)
                 if store.meta().get("model_id") in (None, model.model_id):  # never hide another model's index
-                    dim = model.config["joint"]["embed_dim"]
+                    dim = model.vector_dim
                     count = vector_build.sync(store, model.model_id, dim, model.similarity_kind).live
                     store.set_meta(model_id=model.model_id, model_folder=str(Path(model.folder).resolve()),
                                    similarity=model.similarity_kind, embed_dim=dim, last_run=now_iso(),

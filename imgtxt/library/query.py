@@ -74,7 +74,7 @@ class Index:
         # Checked against the record in SQLite before anything is mapped; if they differ, exact search from
         # SQLite and a one-line notice.
         vectors = vector_index.open_vectors(self.dir, self.meta, self.conn, model.model_id,
-                                            model.config["joint"]["embed_dim"], self.notices)
+                                            model.vector_dim, self.notices)
         if len(vectors) == 0:
             raise empty
         return vectors
@@ -172,7 +172,7 @@ def check_photo(path: str) -> str:
 def photo_vector(path: str, model, index: Index | None, embed_photo) -> np.ndarray:
     """The stored vector when the photo is indexed and unchanged, else the CNN's (`embed_photo(path)`)."""
     if index is not None and index.model_id == model.model_id:
-        stored = index.stored_vector(path, model.model_id, model.config["joint"]["embed_dim"])
+        stored = index.stored_vector(path, model.model_id, model.vector_dim)
         if stored is not None:
             return stored
     return embed_photo(path)
@@ -215,7 +215,7 @@ def caption_vectors(model, captions: list[str], on_compute=None, progress=None) 
     path = caption_cache_dir() / f"{safe_id}-{digest}.npy"
     try:
         cached = np.load(path)
-        if cached.shape == (len(captions), model.config["joint"]["embed_dim"]):
+        if cached.shape == (len(captions), model.vector_dim):
             return cached
     except (OSError, ValueError):
         pass

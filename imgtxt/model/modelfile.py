@@ -25,7 +25,7 @@ import numpy as np
 
 from imgtxt.errors import ImgtxtError, ModelError  # noqa: F401  (ModelError: imported from here too)
 
-from . import text_encoders
+from . import concepts, text_encoders
 from .fne import FeatureStats, full_network_embedding, l2_normalize
 from .tensor_file import LazyTensors
 
@@ -81,6 +81,14 @@ def check_config(config, where: Path) -> None:
                          f"({expected})")
     if not isinstance(config.get("name", ""), str):
         raise ModelError(f"{where}: model.json name must be a string")
+    if "concepts" in config:
+        reason = concepts.check_config(config["concepts"])
+        if reason is None and config["concepts"]["raw_slice"][1] > features["raw_dim"]:
+            reason = "concepts.raw_slice lies outside the raw features"
+        if reason is None and text_encoders.text_config_of(config).get("kind") != "minilm":
+            reason = "concepts need a sentence encoder (text kind minilm)"
+        if reason:
+            raise ModelError(f"{where}: model.json {reason}")
 
 
 def check_shapes(tensors, config: dict, path: Path) -> None:
@@ -95,6 +103,11 @@ def check_shapes(tensors, config: dict, path: Path) -> None:
         expected.update({"gru.weight_ih": (3 * h, w), "gru.weight_hh": (3 * h, h), "gru.bias_ih": (3 * h,),
                          "gru.bias_hh": (3 * h,)})
     expected.update(text_encoders.tensor_shapes(text_config, h))
+    if "concepts" in config:
+        missing = [n for n in concepts.TENSOR_NAMES if n not in tensors]
+        if missing:
+            raise ModelError(f"{path}: model.json has a concepts section but the tensors {missing} are missing")
+        expected.update(concepts.tensor_shapes(config["concepts"]))
     for name, shape in expected.items():
         if name not in tensors:
             continue
@@ -123,10 +136,11 @@ def quantize_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def save_model(folder: Path | str, weights: dict[str, np.ndarray], vocab, config: dict,
                stats: FeatureStats | None, captions: list[str], files: dict[str, bytes] | None = None,
-               int8: tuple[str, ...] = ()) -> None:
+               int8: tuple[str, ...] = (), extra: dict[str, np.ndarray] | None = None) -> None:
     """Write a model folder. `config` holds "joint", "features", optionally "text" (default: the GRU described by
     "joint"), "training"/"metrics". `vocab`: the GRU's Vocabulary (or None when `files` carries the text encoder's
-    files). Tensors named in `int8` are stored int8 with per-row scales, the other weights fp16."""
+    files). Tensors named in `int8` are stored int8 with per-row scales, the other weights fp16; `extra` holds
+    further tensors (fp16) that model.json's other sections name, e.g. the ConSE bridge's."""
     from safetensors.numpy import save_file
 
     folder = Path(folder)
@@ -138,6 +152,8 @@ def save_model(folder: Path | str, weights: dict[str, np.ndarray], vocab, config
             tensors[name], tensors[name + ".scale"] = quantize_rows(weights[name])
         else:
             tensors[name] = np.ascontiguousarray(weights[name], dtype=np.float16)
+    for name, value in (extra or {}).items():
+        tensors[name] = np.ascontiguousarray(value, dtype=np.float16)
     if stats is not None:
         tensors["fne.mean"] = np.ascontiguousarray(stats.mean, dtype=np.float32)
         tensors["fne.std"] = np.ascontiguousarray(stats.std, dtype=np.float32)
@@ -236,6 +252,16 @@ class TrainedModel:
         return self.text.vocab
 
     @cached_property
+    def concepts(self) -> concepts.ConceptBridge | None:
+        """The ConSE bridge appended to the joint vectors (model.json "concepts"), or None."""
+        return concepts.ConceptBridge(self.config["concepts"], self.tensors) if "concepts" in self.config else None
+
+    @property
+    def vector_dim(self) -> int:
+        """Width of the photo and text vectors this model makes: the joint space, plus the ConSE part."""
+        return self.config["joint"]["embed_dim"] + (self.concepts.dim if self.concepts else 0)
+
+    @cached_property
     def image_projection(self) -> np.ndarray:
         """(embed_dim, image_dim) fp32 for indexing and evaluation; the query path never asks for it."""
         return np.asarray(self.tensors[IMAGE_PROJECTION], dtype=np.float32)
@@ -296,18 +322,26 @@ class TrainedModel:
         return self.text.check_query(text)
 
     def encode_text(self, texts: list[str], batch_size: int = 512, progress=None) -> np.ndarray:
-        """Captions -> joint-space vectors (N, D) float32 with the text encoder's numpy runtime.
-        Batches hold captions of similar length (padding is wasted work); progress(done) after each batch."""
-        text = self.text
+        """Captions -> vectors (N, vector_dim) float32 with the text encoder's numpy runtime: the joint part,
+        then the sentence vector for the ConSE part when the model has one. Batches hold captions of similar
+        length (padding is wasted work); progress(done) after each batch."""
+        text, bridge, h = self.text, self.concepts, self.config["joint"]["embed_dim"]
         order = np.argsort([text.sort_key(t) for t in texts], kind="stable") if len(texts) > batch_size \
             else np.arange(len(texts))
-        out = np.empty((len(texts), self.config["joint"]["embed_dim"]), np.float32)
+        out = np.empty((len(texts), self.vector_dim), np.float32)
         for s in range(0, len(texts), batch_size):
             rows = order[s:s + batch_size]
-            out[rows] = text.encode([text.tokenize(texts[i]) for i in rows])
+            tokens = [text.tokenize(texts[i]) for i in rows]
+            if bridge is None:
+                out[rows] = text.encode(tokens)
+            else:
+                joint, sentence = text.encode_with_sentence(tokens)
+                out[rows, :h], out[rows, h:] = joint, bridge.text_part(sentence)
             if progress is not None:
                 progress(min(s + batch_size, len(texts)))
-        return np.abs(out) if self.use_abs else out
+        if self.use_abs:
+            out[:, :h] = np.abs(out[:, :h])
+        return out
 
     def image_features(self, raw: np.ndarray) -> np.ndarray:
         """Raw CNN features (N, D_raw) -> the model's input features (FNE int8 or baseline)."""
@@ -321,10 +355,14 @@ class TrainedModel:
         return np.abs(out) if self.use_abs else out
 
     def encode_raw_images(self, raw: np.ndarray) -> np.ndarray:
-        return self.encode_image_features(self.image_features(raw))
+        """Raw CNN features -> photo vectors (N, vector_dim): the joint part, then the ConSE part."""
+        joint = self.encode_image_features(self.image_features(raw))
+        if self.concepts is None:
+            return joint
+        return np.hstack([joint, self.concepts.photo_part(raw)])
 
     def scores(self, images: np.ndarray, captions: np.ndarray) -> np.ndarray:
-        """(N, D) x (M, D) -> (N, M), higher = better match."""
+        """(N, D) x (M, D) -> (N, M), higher = better match (with a ConSE part: joint cosine + ConSE score)."""
         if self.similarity_kind == "cosine":
             return images @ captions.T
         return order_scores(images, captions)
@@ -350,4 +388,6 @@ def resave_model(src: Path | str, dst: Path | str, int8: tuple[str, ...] = (), u
     names = text_encoders.tensor_names(text_encoders.text_config_of(config)) + [IMAGE_PROJECTION]
     weights = {n: np.asarray(model.tensors[n], dtype=np.float32) for n in names}
     files = {n: (src / n).read_bytes() for n in ("vocab.json", "tokenizer.json") if (src / n).is_file()}
-    save_model(dst, weights, None, config, model.stats, model.caption_bank(), files=files, int8=int8)
+    extra = {n: np.asarray(model.tensors[n], dtype=np.float32) for n in concepts.TENSOR_NAMES} \
+        if "concepts" in config else None
+    save_model(dst, weights, None, config, model.stats, model.caption_bank(), files=files, int8=int8, extra=extra)

@@ -241,6 +241,11 @@ class Runtime:
         return pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
 
     def encode(self, token_lists: list[list[int]]) -> np.ndarray:
+        return self.encode_with_sentence(token_lists)[0]
+
+    def encode_with_sentence(self, token_lists: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+        """(joint vectors, the sentence vectors they were made from): one forward for both."""
         token_lists = [t if t else [101, 102] for t in token_lists]
-        y = self.head(self.sentence_vectors(token_lists))
-        return (y / np.maximum(np.linalg.norm(y, axis=1, keepdims=True), 1e-12)).astype(np.float32)
+        sentence = self.sentence_vectors(token_lists)
+        y = self.head(sentence)
+        return (y / np.maximum(np.linalg.norm(y, axis=1, keepdims=True), 1e-12)).astype(np.float32), sentence

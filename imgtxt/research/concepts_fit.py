@@ -1,0 +1,141 @@
+"""Give a trained model the ConSE bridge (imgtxt.model.concepts): the backbone's ImageNet classifier, the
+sentence vectors of the 1,000 class names, and the fusion weights chosen on a validation split.
+
+Class names come from timm's ImageNet metadata (WordNet lemmas, e.g. "coffee mug", "espresso"); a class's
+vector is the mean of "a photo of a <lemma>" over its first lemmas, through the model's own sentence encoder.
+The caption bank gains one caption per class, so `imgtxt caption` can name everyday things.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from imgtxt.errors import ModelError
+from imgtxt.model import concepts
+from imgtxt.model.modelfile import IMAGE_PROJECTION, TrainedModel, save_model
+from imgtxt.model.text_encoders import tensor_names, text_config_of
+
+from .datasets import CAPTIONS_PER_IMAGE, load_split
+from .metrics import evaluate_scores
+
+TEMPLATE = "a photo of a {}"
+LEMMAS_PER_CLASS = 3
+WEIGHTS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4)
+CONFIDENCE_WEIGHTS = (0.0, 0.1, 0.2, 0.3)
+
+
+def class_lemmas() -> list[list[str]]:
+    """The 1,000 ImageNet classes in the classifier's order, each as its WordNet lemmas."""
+    from timm.data import ImageNetInfo
+
+    info = ImageNetInfo()
+    return [[w.strip() for w in info.index_to_description(i).split(",") if w.strip()]
+            for i in range(info.num_classes())]
+
+
+def class_captions(lemmas: list[list[str]]) -> list[str]:
+    """One caption-bank line per class: "A photo of a coffee mug." """
+    return [f"A photo of {'an' if names[0][:1].lower() in 'aeiou' else 'a'} {names[0]}." for names in lemmas]
+
+
+def class_vectors(model: TrainedModel, lemmas: list[list[str]]) -> np.ndarray:
+    """(classes, text_dim): mean sentence vector of "a photo of a <lemma>" over each class's first lemmas."""
+    texts, owner = [], []
+    for i, names in enumerate(lemmas):
+        for name in names[:LEMMAS_PER_CLASS]:
+            texts.append(TEMPLATE.format(name))
+            owner.append(i)
+    text = model.text
+    sentences = np.concatenate([text.encode_with_sentence([text.tokenize(t) for t in texts[s:s + 256]])[1]
+                                for s in range(0, len(texts), 256)])
+    out = np.zeros((len(lemmas), sentences.shape[1]), np.float64)
+    np.add.at(out, np.array(owner), sentences)
+    return (out / np.linalg.norm(out, axis=1, keepdims=True)).astype(np.float32)
+
+
+def classifier_of(model: TrainedModel, backbone_weights: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The backbone's own ImageNet classifier (weight (classes, width), bias); it reads the pooled last layer."""
+    from imgtxt.model.backbones import load_backbone
+
+    f = model.features
+    backbone = load_backbone(f["backbone"], backbone_weights)
+    if backbone.id != f["backbone_id"]:
+        raise ModelError(f"the model was trained on {f['backbone_id']} features, this backbone is {backbone.id}")
+    head = getattr(backbone.net, "classifier", None)
+    start, stop = f["baseline_slice"]
+    if head is None or not hasattr(head, "weight") or head.weight.shape[1] != stop - start:
+        raise ModelError(f"{f['backbone']}: no linear ImageNet classifier on its last pooled layer")
+    return head.weight.detach().numpy().astype(np.float32), head.bias.detach().numpy().astype(np.float32)
+
+
+def choose_weights(model: TrainedModel, bridge: concepts.ConceptBridge, raw_val: np.ndarray,
+                   captions: list[str], tolerance: float = 0.5, log=print) -> tuple[float, float, list[dict]]:
+    """Val rsum for each (weight, confidence_weight); returns the setting that gives the ConSE part the most
+    say among those within `tolerance` rsum of the best (everyday objects need it; val barely does)."""
+    h = model.config["joint"]["embed_dim"]
+    joint_images = model.encode_image_features(model.image_features(raw_val))
+    text = model.encode_text(captions)
+    joint_scores = joint_images @ text[:, :h].T
+    top1 = bridge.class_probabilities(raw_val).max(axis=1)
+    rows = []
+    for w in WEIGHTS:
+        for cw in CONFIDENCE_WEIGHTS:
+            if w == 0 and cw == 0 and rows:
+                continue
+            part = bridge.photo_part(raw_val, weight=w, confidence_weight=cw)
+            result = evaluate_scores(joint_scores + part @ text[:, h:].T, CAPTIONS_PER_IMAGE)
+            rows.append({"weight": w, "confidence_weight": cw, "rsum": round(float(result["rsum"]), 2),
+                         "i2t": [round(float(result["i2t"][k]), 1) for k in ("r1", "r5", "r10")],
+                         "t2i": [round(float(result["t2i"][k]), 1) for k in ("r1", "r5", "r10")],
+                         "mean_scale": round(float(w + cw * top1.mean()), 3)})
+            log(f"weight {w:.2f} + {cw:.2f} x confidence: val rsum {rows[-1]['rsum']:.2f}")
+    best = max(r["rsum"] for r in rows)
+    chosen = max((r for r in rows if r["rsum"] >= best - tolerance), key=lambda r: (r["mean_scale"], r["rsum"]))
+    return chosen["weight"], chosen["confidence_weight"], rows
+
+
+def add_concepts(model_dir: Path | str, out: Path | str, dataset: str, data_dir: Path | str,
+                 top_k: int = 10, backbone_weights: str | None = None, quiet: bool = False) -> dict:
+    """Write `out`: the model of `model_dir` with the ConSE bridge, its fusion weights chosen on val, and the
+    class captions appended to its caption bank. Returns the val table."""
+    from imgtxt.model.cnn_torch import FeatureSettings
+
+    from .pipeline import raw_split_features
+
+    log = (lambda *a: None) if quiet else (lambda m: print(m, file=sys.stderr))
+    model = TrainedModel.load(model_dir)
+    if text_config_of(model.config).get("kind") != "minilm":
+        raise ModelError(f"{model.folder}: the ConSE bridge needs a sentence encoder (text kind minilm)")
+    weight, bias = classifier_of(model, backbone_weights)
+    lemmas = class_lemmas()
+    if len(lemmas) != weight.shape[0]:
+        raise ModelError(f"the classifier has {weight.shape[0]} classes, the class names {len(lemmas)}")
+    vectors = class_vectors(model, lemmas)
+    f = model.features
+    config = {"kind": "conse", "top_k": top_k, "weight": 0.0, "confidence_weight": 0.0,
+              "raw_slice": list(f["baseline_slice"]), "classes": len(lemmas), "text_dim": int(vectors.shape[1]),
+              "class_names": "timm ImageNetInfo (WordNet lemmas)", "class_text": TEMPLATE,
+              "lemmas_per_class": LEMMAS_PER_CLASS}
+    tensors = {concepts.WEIGHT: weight, concepts.BIAS: bias, concepts.CLASS_VECTORS: vectors}
+    bridge = concepts.ConceptBridge(config, tensors)
+    val = load_split(dataset, data_dir, "val")
+    settings = FeatureSettings(f["backbone"], f["layer_set"], f["crops"], f["precision"], backbone_weights,
+                               f.get("feature_runtime", "torch"))
+    raw_val, _ = raw_split_features(val, settings, quiet=quiet)
+    chosen_w, chosen_cw, rows = choose_weights(model, bridge, raw_val, val.captions, log=log)
+    config.update(weight=chosen_w, confidence_weight=chosen_cw, chosen_on=f"{dataset} val rsum", table=rows)
+    new = {k: v for k, v in model.config.items() if k not in ("format", "version", "weights_sha256")}
+    new["concepts"] = config
+    names = tensor_names(text_config_of(new)) + [IMAGE_PROJECTION]
+    stored = {n: np.asarray(model.tensors[n], dtype=np.float32) for n in names}
+    # int8 with per-row scales for the big matrices, as the shipped models store them (fp16 for the rest)
+    int8 = tuple(n for n in names if len(stored[n].shape) == 2
+                 and (n == IMAGE_PROJECTION or n.startswith(("minilm.", "text_head."))))
+    files = {n: (model.folder / n).read_bytes() for n in ("vocab.json", "tokenizer.json")
+             if (model.folder / n).is_file()}
+    bank = [c for c in model.caption_bank() if c not in set(class_captions(lemmas))] + class_captions(lemmas)
+    save_model(out, stored, None, new, model.stats, bank, files=files, int8=int8, extra=tensors)
+    log(f"chose weight {chosen_w} + {chosen_cw} x confidence -> {out}")
+    return {"weight": chosen_w, "confidence_weight": chosen_cw, "table": rows}

@@ -1,0 +1,121 @@
+"""The ConSE bridge on hand-made tensors: values worked out by hand, the fused score, and bad sections."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from imgtxt.errors import ModelError
+from imgtxt.model import concepts
+from imgtxt.model.concepts import ConceptBridge
+
+CONFIG = {"kind": "conse", "top_k": 2, "weight": 0.1, "confidence_weight": 0.2, "raw_slice": [1, 3],
+          "classes": 3, "text_dim": 2}
+
+
+@pytest.fixture()
+def tiny_minilm_model(tmp_path):
+    """A small random MiniLM joint model on 40-d baseline features (as tests/test_text_encoders.py builds)."""
+    torch = pytest.importorskip("torch")
+    from test_text_encoders import minilm_config, save_joint, tokenizer_json
+
+    from imgtxt.research.joint_model import JointConfig, JointModel
+
+    torch.manual_seed(1)
+    model = JointModel(JointConfig(vocab_size=0, image_dim=40, embed_dim=32, word_dim=0,
+                                   text=minilm_config("mlp"))).eval()
+    save_joint(tmp_path / "m", model, files={"tokenizer.json": tokenizer_json()})
+    return tmp_path / "m"
+
+
+def bridge(**overrides) -> ConceptBridge:
+    tensors = {
+        # logits = raw[:, 1:3] @ W.T + b
+        concepts.WEIGHT: np.array([[1.0, 0.0], [0.0, 1.0], [0.0, 0.0]], np.float32),
+        concepts.BIAS: np.array([0.0, 0.0, 0.0], np.float32),
+        concepts.CLASS_VECTORS: np.array([[1.0, 0.0], [0.0, 1.0], [0.6, 0.8]], np.float32),
+    }
+    return ConceptBridge({**CONFIG, **overrides}, tensors)
+
+
+def test_photo_part_is_the_scaled_convex_combination_of_the_top_classes():
+    raw = np.array([[9.0, math.log(3.0), 0.0]], np.float32)   # logits ln 3, 0, 0 -> p = 3/5, 1/5, 1/5
+    b = bridge()
+    np.testing.assert_allclose(b.class_probabilities(raw), [[0.6, 0.2, 0.2]], rtol=1e-6)
+    # top 2: class 0 (0.6) and one of the two 0.2 classes; a tie is broken either way, so make class 1 win it
+    raw = np.array([[9.0, math.log(3.0), 0.01]], np.float32)
+    p = b.class_probabilities(raw)[0]
+    w0, w1 = p[0] / (p[0] + p[1]), p[1] / (p[0] + p[1])
+    scale = 0.1 + 0.2 * p[0]
+    np.testing.assert_allclose(b.photo_part(raw)[0], [scale * w0, scale * w1], rtol=1e-5)
+
+
+def test_weights_can_be_overridden_and_zero_turns_the_part_off():
+    raw = np.array([[0.0, 2.0, 1.0]], np.float32)
+    assert np.all(bridge().photo_part(raw, weight=0.0, confidence_weight=0.0) == 0)
+    one = bridge(top_k=1).photo_part(raw, weight=1.0, confidence_weight=0.0)
+    np.testing.assert_allclose(one, [[1.0, 0.0]], atol=1e-6)   # the top class's name vector, unscaled
+
+
+def test_text_part_is_unit_length():
+    out = bridge().text_part(np.array([[3.0, 4.0]]))
+    np.testing.assert_allclose(out, [[0.6, 0.8]])
+
+
+@pytest.mark.parametrize("bad, says", [
+    ({"kind": "other"}, "conse"),
+    ({"top_k": 0}, "positive integers"),
+    ({"top_k": 4}, "larger than the number of classes"),
+    ({"weight": -1}, "non-negative"),
+    ({"confidence_weight": float("nan")}, "non-negative"),
+    ({"weight": "0.1"}, "non-negative"),
+    ({"raw_slice": [3, 1]}, "raw_slice"),
+    ({"raw_slice": "1:3"}, "raw_slice"),
+])
+def test_bad_sections_are_named(bad, says):
+    assert says in concepts.check_config({**CONFIG, **bad})
+
+
+def test_a_model_with_the_bridge_appends_both_parts_and_scores_by_dot_product(tiny_minilm_model):
+    """A MiniLM model given a hand-made bridge: photo vectors = [joint, ConSE part], text = [joint, sentence];
+    one dot product = joint cosine + ConSE score."""
+    from imgtxt.model import text_encoders
+    from imgtxt.model.modelfile import IMAGE_PROJECTION, TrainedModel, save_model
+
+    src = TrainedModel.load(tiny_minilm_model)
+    raw_dim = src.features["raw_dim"]
+    start, stop = src.features["baseline_slice"]
+    rng = np.random.default_rng(0)
+    classes, text_dim = 5, src.text.sentence_vectors([[101, 102]]).shape[1]
+    vectors = rng.normal(size=(classes, text_dim)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    extra = {concepts.WEIGHT: rng.normal(size=(classes, stop - start)).astype(np.float32),
+             concepts.BIAS: np.zeros(classes, np.float32), concepts.CLASS_VECTORS: vectors}
+    config = {k: v for k, v in src.config.items() if k not in ("format", "version", "weights_sha256")}
+    config["concepts"] = {"kind": "conse", "top_k": 3, "weight": 0.2, "confidence_weight": 0.1,
+                          "raw_slice": [start, stop], "classes": classes, "text_dim": text_dim}
+    names = text_encoders.tensor_names(text_encoders.text_config_of(config)) + [IMAGE_PROJECTION]
+    weights = {n: np.asarray(src.tensors[n], np.float32) for n in names}
+    files = {"tokenizer.json": (src.folder / "tokenizer.json").read_bytes()}
+    out = tiny_minilm_model.parent / "with-concepts"
+    save_model(out, weights, None, config, src.stats, ["a dog"], files=files, extra=extra)
+    model = TrainedModel.load(out)
+    h = model.config["joint"]["embed_dim"]
+    assert model.vector_dim == h + text_dim
+    raw = rng.normal(size=(4, raw_dim)).astype(np.float32)
+    photos = model.encode_raw_images(raw)
+    texts = model.encode_text(["a dog", "a red car"])
+    np.testing.assert_allclose(photos[:, :h], src.encode_raw_images(raw), atol=1e-6)
+    np.testing.assert_allclose(texts[:, :h], src.encode_text(["a dog", "a red car"]), atol=1e-6)
+    expected = photos[:, :h] @ texts[:, :h].T + model.concepts.photo_part(raw) @ \
+        model.text.encode_with_sentence([model.text.tokenize(t) for t in ["a dog", "a red car"]])[1].T
+    np.testing.assert_allclose(model.scores(photos, texts), expected, atol=1e-5)
+    # a damaged section or a missing tensor fails at load, in one line
+    config_file = out / "model.json"
+    saved = json.loads(config_file.read_text())
+    saved["concepts"]["raw_slice"] = [start, raw_dim + 5]
+    config_file.write_text(json.dumps(saved))
+    with pytest.raises(ModelError, match="raw_slice"):
+        TrainedModel.load(out)
