@@ -19,7 +19,7 @@ from imgtxt.errors import ImgtxtError
 PHOTOS = "Photos"
 
 
-RESEARCH_COMMANDS = ("features", "train", "eval", "backbone-download", "export-cnn")   # cli_research.py
+RESEARCH_COMMANDS = ("features", "train", "eval", "backbone-download", "export-cnn", "calibrate")   # cli_research.py
 
 
 class Commands(click.Group):

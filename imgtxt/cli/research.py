@@ -330,8 +330,53 @@ def export_cnn(model):
     click.echo(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
 
 
+@click.argument("model", type=PathType, required=False)
+@click.option("--dataset", default="flickr8k", show_default=True, help="flickr8k, flickr30k or coco")
+@data_dir_opt
+@click.option("--split", default="val", show_default=True, help="The split to fit on (never test).")
+@click.option("--top", type=click.IntRange(min=1), default=10, show_default=True,
+              help="Fit on each caption's this many best photos (the results a search shows).")
+@click.option("--strong-removed", type=click.FloatRange(0, 1), default=0.10, show_default=True,
+              help="At most this share of captions whose own photo is removed get a strong top result.")
+@click.option("--possible-removed", type=click.FloatRange(0, 1), default=0.50, show_default=True,
+              help="... and at most this share a possible (or strong) one.")
+@click.option("--dry-run", is_flag=True, help="Print the figures; leave model.json as it is.")
+@quiet_opt
+def calibrate(model, dataset, data_dir, split, top, strong_removed, possible_removed, dry_run, quiet):
+    """Fit a model's score calibration (confidence and levels).
+
+    Fitted on a dataset split, written into MODEL/model.json ("calibration"; the model id stays), and measured
+    there: how often a caption's top result is strong / possible / weak with its own photo in the gallery and
+    removed from it.
+
+    MODEL is a model folder (default: $IMGTXT_MODEL, else the shipped model).
+    """
+    from imgtxt.library.photo_library import load_model
+    from imgtxt.research.calibrate import calibrate as fit_calibration
+    from imgtxt.research.calibrate import format_figures, write_calibration
+
+    folder = _dataset(dataset, data_dir)
+    if split == "test":
+        raise UsageError("calibrate on val (or train): the test split stays held out")
+    if strong_removed > possible_removed:
+        raise UsageError("--strong-removed must not exceed --possible-removed")
+    loaded = load_model(model)
+    try:
+        fitted = fit_calibration(loaded, dataset, folder, split, top, strong_removed, possible_removed, quiet)
+    except ValueError as e:
+        raise _value_errors_are_ours(e) from None
+    click.echo(format_figures(fitted))
+    if not dry_run:
+        try:
+            path = write_calibration(loaded.folder, fitted)
+        except OSError as e:
+            raise ImgtxtError(f"could not write the calibration into {loaded.folder}: {e}") from None
+        click.echo(f"wrote the calibration into {path}", err=True)
+
+
 def register(command) -> None:
     """Add the research commands with cli.py's `command(name, section)` decorator."""
     for name, function in (("features", features), ("train", train), ("eval", evaluate),
-                           ("backbone-download", backbone_download), ("export-cnn", export_cnn)):
+                           ("backbone-download", backbone_download), ("export-cnn", export_cnn),
+                           ("calibrate", calibrate)):
         command(name, SECTION)(function)
