@@ -193,6 +193,16 @@ def measure(calibration: Calibration, scores: np.ndarray, own: np.ndarray) -> di
     }
 
 
+def held_out(scores: np.ndarray, own: np.ndarray, top: int, strong_false: float, possible_false: float) -> dict:
+    """The levels' figures out of sample: fitted on the captions of the even photos, measured on those of the odd
+    ones, and the other way round (same gallery), averaged."""
+    halves = [np.flatnonzero(own % 2 == parity) for parity in (0, 1)]
+    runs = [measure(fit(scores[a], own[a], top, strong_false, possible_false), scores[b], own[b])
+            for a, b in (halves, halves[::-1])]
+    return {key: {lv: round((runs[0][key][lv] + runs[1][key][lv]) / 2, 1) for lv in LEVELS}
+            for key in ("own_photo_present", "own_photo_removed", "right_top1")}
+
+
 @dataclass
 class Fitted:
     calibration: Calibration
@@ -210,7 +220,9 @@ def calibrate(model, dataset: str, data_dir: Path | str, split: str = "val", top
                  "pairs": f"each caption's top {top} photos of the split; its own photo is the match",
                  "strong_removed_max": strong_false, "possible_removed_max": possible_false,
                  "model_id": model.model_id}
-    return Fitted(calibration, measure(calibration, scores, own), fitted_on)
+    figures = measure(calibration, scores, own)
+    figures["held_out"] = held_out(scores, own, top, strong_false, possible_false)
+    return Fitted(calibration, figures, fitted_on)
 
 
 def write_calibration(folder: Path | str, fitted: Fitted) -> Path:
@@ -238,14 +250,19 @@ def format_figures(fitted: Fitted) -> str:
     return "\n".join([
         f"calibration on {on['dataset']} {on['split']} ({f['queries']} captions, {f['photos']} photos), "
         f"model {on['model_id']}",
-        f"  confidence = 1 / (1 + exp(-({c.slope:.4f} * score + {c.intercept:.4f})))",
+        f"  confidence = 1 / (1 + exp(-({c.slope:.4f} * score {'-' if c.intercept < 0 else '+'} "
+        f"{abs(c.intercept):.4f})))",
         f"  strong: confidence >= {c.strong:.4f} (score >= {c.score_at(c.strong):.4f}); possible: >= "
         f"{c.possible:.4f} (score >= {c.score_at(c.possible):.4f}); else weak",
         "top result of each caption:",
         row("own photo in the gallery", f["own_photo_present"]),
         row("own photo removed", f["own_photo_removed"]),
         row(f"right top-1 hits (R@1 {f['r1']:.1f}%)", f["right_top1"]),
-        "  top result is the caption's own photo, by level: " + ", ".join(
+        "the same, thresholds fitted on half the captions, measured on the other half (two folds, mean):",
+        row("own photo in the gallery", f["held_out"]["own_photo_present"]),
+        row("own photo removed", f["held_out"]["own_photo_removed"]),
+        row("right top-1 hits", f["held_out"]["right_top1"]),
+        "top result is the caption's own photo, by level: " + ", ".join(
             f"{lv} {v:.1f}%" if v is not None else f"{lv} -" for lv, v in f["top1_right_by_level"].items()),
         f"separation of right top-1 hits from own-photo-removed top results (AUC): score "
         f"{f['auc_right_vs_removed']['score']:.4f}, score normalised per query over the gallery "
