@@ -232,3 +232,40 @@ def test_web_page_shows_levels_and_mutes_weak_results():
     assert 'id="no-strong"' not in strong
     plain = templates.get_template("search.html").render(query="a dog", index_dir="i", matches=[match(1, None)])
     assert 'class="level"' not in plain and 'id="no-strong"' not in plain
+
+
+def test_calibrate_command_writes_the_section_and_prints_the_figures(tmp_path, monkeypatch):
+    """The command end to end on a toy split (its vectors stubbed): 40 photos, 5 captions each, every caption
+    nearest its own photo but for noise, so the fit has both matches and misses."""
+    from click.testing import CliRunner
+
+    from imgtxt.cli.main import app
+
+    rng = np.random.default_rng(0)
+    images = rng.normal(size=(40, 8)).astype(np.float32)
+    captions = (np.repeat(images, 5, axis=0) + rng.normal(scale=1.5, size=(200, 8))).astype(np.float32)
+    monkeypatch.setattr(calibrate, "split_vectors", lambda *args, **kwargs: (images, captions))
+    from imgtxt.paths import default_model_dir
+
+    model = Path(shutil.copytree(default_model_dir(), tmp_path / "m"))   # loading it needs no torch
+    config = json.loads((model / "model.json").read_text())
+    config.pop("calibration", None)
+    (model / "model.json").write_text(json.dumps(config))
+    (tmp_path / "data").mkdir()
+    runner = CliRunner()
+    refused = runner.invoke(app, ["calibrate", str(model), "--data-dir", str(tmp_path / "data"), "--split", "test"])
+    assert refused.exit_code != 0 and "held out" in refused.stderr
+    dry = runner.invoke(app, ["calibrate", str(model), "--data-dir", str(tmp_path / "data"), "--dry-run"])
+    assert dry.exit_code == 0, dry.stderr
+    assert "own photo removed" in dry.stdout and "calibration" not in json.loads((model / "model.json").read_text())
+    done = runner.invoke(app, ["calibrate", str(model), "--data-dir", str(tmp_path / "data")])
+    assert done.exit_code == 0, done.stderr
+    section = json.loads((model / "model.json").read_text())["calibration"]
+    # the thresholds as fitted: at most 10% / 50% of own-photo-removed captions reach strong / possible
+    assert section["val"]["own_photo_removed"]["strong"] <= 10.0
+    assert section["val"]["own_photo_removed"]["strong"] + section["val"]["own_photo_removed"]["possible"] <= 50.0
+    assert section["fitted_on"]["captions"] == 200 and set(section["val"]["held_out"]) == {
+        "own_photo_present", "own_photo_removed", "right_top1"}
+    from imgtxt.model.modelfile import TrainedModel
+
+    assert TrainedModel.load(model).calibration.slope == section["slope"]
