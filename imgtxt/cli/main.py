@@ -19,7 +19,8 @@ from imgtxt.errors import ImgtxtError
 PHOTOS = "Photos"
 
 
-RESEARCH_COMMANDS = ("features", "train", "eval", "backbone-download", "export-cnn", "add-concepts")  # research.py
+RESEARCH_COMMANDS = ("features", "train", "eval", "backbone-download", "export-cnn", "add-concepts",
+                     "calibrate")  # research.py
 
 
 class Commands(click.Group):
@@ -105,7 +106,11 @@ def _print_photos(matches, as_json: bool, preview: bool = False, library=None, n
         _say(f"imgtxt: {line}")
     if not matches:
         click.echo("imgtxt: no photos match", err=True)
-    elif preview and not as_json:
+        return
+    if not as_json and not null and sys.stdout.isatty() and matches[0].level is not None \
+            and all(m.level != "strong" for m in matches):
+        click.echo("imgtxt: no strong matches; the closest photos:", err=True)  # pipes and --json: the level says it
+    if preview and not as_json:
         from .preview import print_with_thumbnails
 
         print_with_thumbnails(matches, library)
@@ -174,7 +179,9 @@ def index_photos(paths, exclude, index_dir, model, batch_size, workers, as_json,
 @command()
 @click.argument("text", nargs=-1, required=True)
 @count_opt
-@click.option("--min-score", type=float, default=None, help="Leave out photos scoring below this.")
+@click.option("--min-score", default=None, metavar="SCORE|LEVEL",
+              help="Leave out photos scoring below this score, or below this level of a calibrated model: strong, "
+                   "possible (the same for every query).")
 @click.option("--preview", is_flag=True, help="Show thumbnails in terminals that can draw images (kitty, iTerm2, "
               "sixel).")
 @all_copies_opt

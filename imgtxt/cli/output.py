@@ -28,15 +28,20 @@ def print_hits(hits, field: str = "path", as_json: bool = False, out=None, null:
     if as_json:
         for h in hits:
             row = {"rank": h.rank, "score": round(h.score, 4), field: h.value}
+            if getattr(h, "level", None) is not None:   # a calibrated model: its confidence and level
+                row.update(confidence=round(h.confidence, 4), level=h.level)
             if getattr(h, "copies", None):
                 row["copies"] = h.copies
             out.write(json.dumps(row, ensure_ascii=False) + "\n")
     elif out.isatty():
-        out.write(f"{'rank':>4}  {'score':>7}  {field}\n")
+        rated = any(getattr(h, "level", None) is not None for h in hits)
+        out.write(f"{'rank':>4}  {'score':>7}  {'level':<8}  {field}\n" if rated
+                  else f"{'rank':>4}  {'score':>7}  {field}\n")
         for h in hits:
             copies = getattr(h, "copies", None)
             also = f"  (same photo: {', '.join(printable(c) for c in copies)})" if copies else ""
-            out.write(f"{h.rank:>4}  {h.score:>7.3f}  {printable(h.value)}{also}\n")
+            level = f"{h.level or '':<8}  " if rated else ""
+            out.write(f"{h.rank:>4}  {h.score:>7.3f}  {level}{printable(h.value)}{also}\n")
     else:
         for h in hits:  # identical copies as extra fields: `cut -f3` still gets one path per line
             out.write("\t".join([str(h.rank), f"{h.score:.4f}", printable(h.value),

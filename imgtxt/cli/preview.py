@@ -34,7 +34,8 @@ def print_with_thumbnails(matches, library, size: int = 256, rows: int = 8) -> N
     console = Console()
     for m in matches:
         also = f"  (same photo: {', '.join(m.copies)})" if m.copies else ""
-        console.print(f"{m.rank:>4}  {m.score:>7.3f}  {m.path}{also}", markup=False, highlight=False)
+        level = f"{m.level:<8}  " if m.level else ""
+        console.print(f"{m.rank:>4}  {m.score:>7.3f}  {level}{m.path}{also}", markup=False, highlight=False)
         try:
             console.print(image(library.thumbnail(m.id, size), height=rows))
         except ImgtxtError as e:  # unreadable now: the text line is still useful

@@ -8,56 +8,24 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Optional
 
 import click
 
-from imgtxt.errors import ImgtxtError, UsageError
+from imgtxt.errors import UsageError
+
+from .options import (
+    PathType,
+    backbone_weights_opt,
+    data_dir_opt,
+    dataset_arg,
+    dataset_folder,
+    feature_options,
+    quiet_opt,
+    value_errors_are_ours,
+)
 
 SECTION = "Research: datasets, training, evaluation"
-PathType = click.Path(path_type=Path)
-dataset_arg = click.argument("dataset")
-data_dir_opt = click.option("--data-dir", type=PathType, envvar="IMGTXT_DATA_DIR", default=None,
-                            help="Dataset folder: dataset_<name>.json (Karpathy format) and the images. "
-                                 "Env: IMGTXT_DATA_DIR.")
-backbone_opt = click.option("--backbone", default="efficientnet_lite0", show_default=True,
-                            help="efficientnet_lite0/1/2, vgg16, resnet50, resnet152")
-layer_set_opt = click.option("--layer-set", default="all", show_default=True,
-                             help="'all' = every conv layer; 'blocks' = block outputs (EfficientNet)")
-crops_opt = click.option("--crops", type=int, default=1, show_default=True,
-                         help="1 (centre crop) or 10 (corners + centre, mirrored)")
-precision_opt = click.option("--precision", default="auto", show_default=True,
-                             help="auto (bf16 on CPU / fp16 on CUDA) or fp32")
-backbone_weights_opt = click.option("--backbone-weights", default=None,
-                                    help="Local weights file for the backbone, or 'random'.")
-runtime_opt = click.option("--runtime", default="torch", show_default=True,
-                           help="Dataset features with torch, or 'openvino': the exported graph imgtxt index runs "
-                                "(fp32 only; ~4x less CPU here; agrees with torch to ~1e-4)")
-quiet_opt = click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 
-
-def feature_options(function):
-    for option in (runtime_opt, backbone_weights_opt, precision_opt, crops_opt, layer_set_opt, backbone_opt):
-        function = option(function)
-    return function
-
-
-def _dataset(dataset: str, data_dir: Optional[Path]) -> Path:
-    from imgtxt.paths import data_dir as resolve
-    from imgtxt.research.datasets import DATASETS
-
-    if dataset not in DATASETS:
-        raise UsageError(f"unknown dataset {dataset!r}; known: {', '.join(DATASETS)}")
-    folder = resolve(data_dir)
-    if folder is None:
-        raise UsageError(f"where is {dataset}? pass --data-dir DIR or set IMGTXT_DATA_DIR")
-    if not folder.is_dir():
-        raise UsageError(f"{folder}: no such folder (pass --data-dir or set IMGTXT_DATA_DIR)")
-    return folder
-
-
-def _value_errors_are_ours(error: ValueError) -> ImgtxtError:
-    return UsageError(str(error))
 
 
 @dataset_arg
@@ -80,7 +48,7 @@ def features(dataset, data_dir, splits, backbone, layer_set, crops, precision, b
         raw_split_features,
     )
 
-    folder = _dataset(dataset, data_dir)
+    folder = dataset_folder(dataset, data_dir)
     settings = FeatureSettings(backbone, layer_set, crops, precision, backbone_weights, runtime)
     try:
         loaded = [load_split(dataset, folder, s.strip()) for s in splits.split(",") if s.strip()]
@@ -89,7 +57,7 @@ def features(dataset, data_dir, splits, backbone, layer_set, crops, precision, b
             raw, _ = raw_split_features(split, settings, extractor=extractor, quiet=quiet)
             click.echo(f"{dataset} {split.name}: {raw.shape[0]} images x {raw.shape[1]} features", err=True)
     except ValueError as e:
-        raise _value_errors_are_ours(e) from None
+        raise value_errors_are_ours(e) from None
     spec = FeatureSpec(extractor.backbone.id, layer_set, crops, precision, runtime)
     click.echo(str(cache_root() / dataset / spec.key))
 
@@ -190,7 +158,7 @@ def train(dataset, data_dir, preset, feature_kind, backbone, layer_set, crops, p
     from imgtxt.research.train import train as run_training
     from imgtxt.research.train import with_learning_rates
 
-    folder = _dataset(dataset, data_dir)
+    folder = dataset_folder(dataset, data_dir)
     if threads:
         torch.set_num_threads(threads)
     settings = FeatureSettings(backbone, layer_set, crops, precision, backbone_weights, runtime)
@@ -203,7 +171,7 @@ def train(dataset, data_dir, preset, feature_kind, backbone, layer_set, crops, p
             train_amecon(dataset, folder, settings, feature_kind, out, amecon_vectors, amecon_concepts,
                          amecon_neighbours, hidden, epochs or 5, lr or 1e-3, seed)
         except ValueError as e:
-            raise _value_errors_are_ours(e) from None
+            raise value_errors_are_ours(e) from None
         click.echo(str(out))
         return
     if captions not in ("one", "all"):
@@ -230,7 +198,7 @@ def train(dataset, data_dir, preset, feature_kind, backbone, layer_set, crops, p
                                    text_kind=text_encoder, text_options=text_options)
         data.int8 = tuple(n.strip() for n in int8.split(",") if n.strip())
     except ValueError as e:
-        raise _value_errors_are_ours(e) from None
+        raise value_errors_are_ours(e) from None
     text = f"vocabulary {len(data.vocab)} words" if data.text_setup is None else data.text_setup.description
     click.echo(f"training {preset.upper()} on {feature_kind} features {data.train_features.shape}, "
                f"{text} -> {run_dir}", err=True)
@@ -269,7 +237,7 @@ def evaluate(dataset, data_dir, split, model, as_json, save_embeddings, backbone
     from imgtxt.research.amecon import AmeconModel
     from imgtxt.research.evaluate import evaluate_model, format_result
 
-    folder = _dataset(dataset, data_dir)
+    folder = dataset_folder(dataset, data_dir)
     if split not in ("val", "test", "train"):
         raise UsageError("--split must be val or test")
     if metrics not in ("standard", "thesis"):
@@ -312,54 +280,10 @@ def backbone_download(name):
     click.echo(str(download_weights(name)))
 
 
-@click.argument("model", type=PathType, required=False)
-def export_cnn(model):
-    """Export a model's CNN for OpenVINO / ONNX Runtime.
-
-    Writes MODEL/cnn.onnx, so that `imgtxt index` runs without torch.
-
-    MODEL is a model folder (default: the shipped model).
-    """
-    from imgtxt.library.photo_library import load_model
-    from imgtxt.model.cnn_export import export_for_model
-
-    try:
-        path = export_for_model(load_model(model))
-    except OSError as e:
-        raise ImgtxtError(f"could not export the CNN: {e}") from None
-    click.echo(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
-
-
-@dataset_arg
-@click.argument("model", type=PathType)
-@data_dir_opt
-@click.option("--output", type=PathType, required=True, help="The new model folder")
-@click.option("--top-k", type=int, default=10, show_default=True, help="Classes combined per photo")
-@click.option("--json", "as_json", is_flag=True, help="Print the val table as one JSON object")
-@quiet_opt
-def add_concepts(dataset, model, data_dir, output, top_k, as_json, quiet):
-    """Add the ConSE bridge to a model.
-
-    The backbone's ImageNet classifier and the sentence vectors of its 1,000 class names join the model, with
-    fusion weights chosen on DATASET's val split; the class names join the caption bank. Needs torch.
-
-    MODEL is a model folder (a MiniLM model).
-    """
-    from imgtxt.research.concepts_fit import add_concepts as run
-
-    if not 1 <= top_k <= 1000:
-        raise UsageError("--top-k must be between 1 and 1000")
-    folder = _dataset(dataset, data_dir)
-    result = run(model, output, dataset, folder, top_k=top_k, quiet=quiet)
-    if as_json:
-        click.echo(json.dumps(result))
-    else:
-        click.echo(f"weight {result['weight']} + {result['confidence_weight']} x confidence -> {output}")
-
-
 def register(command) -> None:
     """Add the research commands with cli.py's `command(name, section)` decorator."""
+    from .finishing import COMMANDS
+
     for name, function in (("features", features), ("train", train), ("eval", evaluate),
-                           ("backbone-download", backbone_download), ("export-cnn", export_cnn),
-                           ("add-concepts", add_concepts)):
+                           ("backbone-download", backbone_download), *COMMANDS):
         command(name, SECTION)(function)

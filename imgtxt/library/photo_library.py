@@ -197,22 +197,26 @@ class Library:
 
     # ------------------------------------------------------------------ queries
     @_database_errors
-    def search(self, text: str, n: int = 10, min_score: float | None = None,
+    def search(self, text: str, n: int = 10, min_score: float | str | None = None,
                all_copies: bool = False) -> list[PhotoMatch]:
-        """Photos that match a sentence, best first."""
-        from .query import search
+        """Photos that match a sentence, best first. `min_score`: a score, or a level name (strong, possible,
+        weak) of a calibrated model; each match carries its confidence and level when the model is calibrated."""
+        from .query import min_score_of, rate, search
 
         self.notices = []
         index = self._open()
         try:
             model = self._query_model(index)
-            return _distinct(index, model, lambda want: search(index, model, text, want, min_score), n, all_copies)
+            score, confidence = min_score_of(model, min_score)
+            return rate(model, _distinct(index, model, lambda want: search(index, model, text, want, score), n,
+                                         all_copies), confidence)
         finally:
             _close(index, self)
 
     @_database_errors
     def similar(self, photo: Path | str, n: int = 10, all_copies: bool = False) -> list[PhotoMatch]:
-        """Indexed photos that look most like `photo` (indexed or not), best first, itself left out."""
+        """Indexed photos that look most like `photo` (indexed or not), best first, itself left out. No
+        confidence: the calibration is of sentence-to-photo scores, not photo-to-photo ones."""
         from .query import check_photo, photo_vector, similar
 
         self.notices = []
@@ -233,7 +237,7 @@ class Library:
 
         The bank's vectors are computed once per model and cached: `on_compute(count)` is called before that,
         `progress(done, total)` during it."""
-        from .query import caption, check_photo, photo_vector
+        from .query import caption, check_photo, photo_vector, rate
 
         index = self._open(required=False)
         try:
@@ -243,7 +247,7 @@ class Library:
             hits = caption(model, vector, n, captions, on_compute=on_compute, progress=progress)
         finally:
             _close(index)
-        return [CaptionMatch(h.rank, h.score, h.value) for h in hits]
+        return rate(model, [CaptionMatch(h.rank, h.score, h.value) for h in hits])
 
     @_database_errors
     def prepare_captions(self, on_compute=None, progress=None) -> None:

@@ -110,6 +110,47 @@ class Index:
                 "db": str((self.dir / "index.db").resolve()), "last_run": self.meta.get("last_run")}
 
 
+# ------------------------------------------------------------------------------------- confidence
+
+def min_score_of(model, min_score) -> tuple[float | None, float | None]:
+    """`--min-score` as (score threshold for the search, lowest confidence kept): a number is a score; a level
+    name (strong / possible / weak) is the model's calibrated threshold, the same for every query."""
+    from imgtxt.model.calibration import LEVELS
+
+    if min_score is None or not isinstance(min_score, str):
+        return min_score, None
+    try:
+        return float(min_score), None
+    except ValueError:
+        pass
+    level = min_score.strip().lower()
+    if level not in LEVELS:
+        raise QueryError(f"--min-score must be a number or one of {', '.join(LEVELS)}, not {min_score!r}")
+    if model.calibration is None:
+        raise QueryError(f"--min-score {level}: the model in {model.folder} has no calibration (run `imgtxt "
+                         f"calibrate`); give a score instead")
+    confidence = model.calibration.threshold(level)
+    score = model.calibration.score_at(confidence)
+    # A hair below, so that rounding never drops a result whose confidence reaches the threshold.
+    return (None if math.isinf(score) else score - 1e-9 * max(1.0, abs(score))), confidence
+
+
+def rate(model, matches: list, min_confidence: float | None = None) -> list:
+    """Fill each match's confidence and level from the model's calibration (left None without one); drop those
+    below `min_confidence`, renumbering the ranks."""
+    calibration = model.calibration
+    if calibration is None:
+        return matches
+    for m in matches:
+        m.confidence = calibration.confidence(m.score)
+        m.level = calibration.level(m.confidence)
+    if min_confidence is not None:
+        matches = [m for m in matches if m.confidence >= min_confidence]
+        for i, m in enumerate(matches):
+            m.rank = i + 1
+    return matches
+
+
 # ------------------------------------------------------------------------------------- text -> photos
 
 def check_query(model, text: str) -> None:

@@ -13,6 +13,8 @@ class PhotoMatch:
     id: int                                             # the photo's row id in the index
     copies: list[str] = field(default_factory=list)     # other indexed paths with the same bytes
     real: str | None = None                             # the path to open, when it differs from `path`
+    confidence: float | None = None   # the model's calibrated confidence in this result (None: not calibrated)
+    level: str | None = None          # "strong", "possible" or "weak" (None: not calibrated)
 
     @property
     def value(self) -> str:  # what output.print_hits prints
@@ -24,6 +26,8 @@ class CaptionMatch:
     rank: int
     score: float
     text: str
+    confidence: float | None = None
+    level: str | None = None
 
     @property
     def value(self) -> str:

@@ -26,6 +26,7 @@ import numpy as np
 from imgtxt.errors import ImgtxtError, ModelError  # noqa: F401  (ModelError: imported from here too)
 
 from . import concepts, text_encoders
+from .calibration import Calibration
 from .fne import FeatureStats, full_network_embedding, l2_normalize
 from .tensor_file import LazyTensors
 
@@ -214,6 +215,7 @@ class TrainedModel:
         except (FileNotFoundError, SafetensorError, ValueError, KeyError, OSError) as e:
             raise ModelError(f"{folder}: unreadable model files ({e})") from None
         check_config(config, folder)
+        Calibration.from_config(config.get("calibration"), folder)   # a bad section fails at load, in one line
         try:
             text_config = text_encoders.text_config_of(config)
             names = text_encoders.tensor_names(text_config)
@@ -274,6 +276,11 @@ class TrainedModel:
     @property
     def use_abs(self) -> bool:
         return bool(self.config["joint"]["use_abs"])
+
+    @cached_property
+    def calibration(self) -> Calibration | None:
+        """score -> confidence and level (None: the model was never calibrated; its results carry neither)."""
+        return Calibration.from_config(self.config.get("calibration"), self.folder)
 
     @property
     def similarity_kind(self) -> str:

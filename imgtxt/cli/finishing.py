@@ -1,0 +1,110 @@
+"""The commands that finish a trained model before it ships: its CNN graph (export-cnn), the ConSE bridge
+(add-concepts), the score calibration (calibrate). Registered with the research commands (research.py)."""
+from __future__ import annotations
+
+import json
+
+import click
+
+from imgtxt.errors import ImgtxtError, UsageError
+
+from .options import (
+    PathType,
+    data_dir_opt,
+    dataset_arg,
+    dataset_folder,
+    quiet_opt,
+    value_errors_are_ours,
+)
+
+
+@click.argument("model", type=PathType, required=False)
+def export_cnn(model):
+    """Export a model's CNN for OpenVINO / ONNX Runtime.
+
+    Writes MODEL/cnn.onnx, so that `imgtxt index` runs without torch.
+
+    MODEL is a model folder (default: the shipped model).
+    """
+    from imgtxt.library.photo_library import load_model
+    from imgtxt.model.cnn_export import export_for_model
+
+    try:
+        path = export_for_model(load_model(model))
+    except OSError as e:
+        raise ImgtxtError(f"could not export the CNN: {e}") from None
+    click.echo(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
+
+
+@dataset_arg
+@click.argument("model", type=PathType)
+@data_dir_opt
+@click.option("--output", type=PathType, required=True, help="The new model folder")
+@click.option("--top-k", type=int, default=10, show_default=True, help="Classes combined per photo")
+@click.option("--json", "as_json", is_flag=True, help="Print the val table as one JSON object")
+@quiet_opt
+def add_concepts(dataset, model, data_dir, output, top_k, as_json, quiet):
+    """Add the ConSE bridge to a model.
+
+    The backbone's ImageNet classifier and the sentence vectors of its 1,000 class names join the model, with
+    fusion weights chosen on DATASET's val split; the class names join the caption bank. Needs torch.
+
+    MODEL is a model folder (a MiniLM model).
+    """
+    from imgtxt.research.concepts_fit import add_concepts as run
+
+    if not 1 <= top_k <= 1000:
+        raise UsageError("--top-k must be between 1 and 1000")
+    folder = dataset_folder(dataset, data_dir)
+    result = run(model, output, dataset, folder, top_k=top_k, quiet=quiet)
+    if as_json:
+        click.echo(json.dumps(result))
+    else:
+        click.echo(f"weight {result['weight']} + {result['confidence_weight']} x confidence -> {output}")
+
+
+@click.argument("model", type=PathType, required=False)
+@click.option("--dataset", default="flickr8k", show_default=True, help="flickr8k, flickr30k or coco")
+@data_dir_opt
+@click.option("--split", default="val", show_default=True, help="The split to fit on (never test).")
+@click.option("--top", type=click.IntRange(min=1), default=10, show_default=True,
+              help="Fit on each caption's this many best photos (the results a search shows).")
+@click.option("--strong-removed", type=click.FloatRange(0, 1), default=0.10, show_default=True,
+              help="At most this share of captions whose own photo is removed get a strong top result.")
+@click.option("--possible-removed", type=click.FloatRange(0, 1), default=0.50, show_default=True,
+              help="... and at most this share a possible (or strong) one.")
+@click.option("--dry-run", is_flag=True, help="Print the figures; leave model.json as it is.")
+@quiet_opt
+def calibrate(model, dataset, data_dir, split, top, strong_removed, possible_removed, dry_run, quiet):
+    """Fit a model's score calibration (confidence and levels).
+
+    Fitted on a dataset split, written into MODEL/model.json ("calibration"; the model id stays), and measured
+    there: how often a caption's top result is strong / possible / weak with its own photo in the gallery and
+    removed from it.
+
+    MODEL is a model folder (default: $IMGTXT_MODEL, else the shipped model).
+    """
+    from imgtxt.library.photo_library import load_model
+    from imgtxt.research.calibrate import calibrate as fit_calibration
+    from imgtxt.research.calibrate import format_figures, write_calibration
+
+    folder = dataset_folder(dataset, data_dir)
+    if split == "test":
+        raise UsageError("calibrate on val (or train): the test split stays held out")
+    if strong_removed > possible_removed:
+        raise UsageError("--strong-removed must not exceed --possible-removed")
+    loaded = load_model(model)
+    try:
+        fitted = fit_calibration(loaded, dataset, folder, split, top, strong_removed, possible_removed, quiet)
+    except ValueError as e:
+        raise value_errors_are_ours(e) from None
+    click.echo(format_figures(fitted))
+    if not dry_run:
+        try:
+            path = write_calibration(loaded.folder, fitted)
+        except OSError as e:
+            raise ImgtxtError(f"could not write the calibration into {loaded.folder}: {e}") from None
+        click.echo(f"wrote the calibration into {path}", err=True)
+
+
+COMMANDS = (("export-cnn", export_cnn), ("add-concepts", add_concepts), ("calibrate", calibrate))
