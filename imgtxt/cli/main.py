@@ -16,10 +16,14 @@ import click
 from imgtxt import __version__
 from imgtxt.errors import ImgtxtError
 
+from .progress import CaptionProgress
+from .progress import say as _say
+
 PHOTOS = "Photos"
 
 
-RESEARCH_COMMANDS = ("features", "train", "eval", "backbone-download", "export-cnn")   # cli_research.py
+RESEARCH_COMMANDS = ("features", "train", "eval", "backbone-download", "export-cnn",
+                     "package-model")   # research.py
 
 
 class Commands(click.Group):
@@ -91,13 +95,6 @@ def _library(index_dir, model):
     return Library(index_dir, model)
 
 
-def _say(message: str) -> None:
-    """stderr, above a progress bar if one is showing."""
-    from tqdm import tqdm
-
-    tqdm.write(message, file=sys.stderr)
-
-
 def _print_photos(matches, as_json: bool, preview: bool = False, library=None, null: bool = False) -> None:
     from .output import print_hits
 
@@ -111,28 +108,6 @@ def _print_photos(matches, as_json: bool, preview: bool = False, library=None, n
         print_with_thumbnails(matches, library)
     else:
         print_hits(matches, "path", as_json, null=null)
-
-
-class CaptionProgress:
-    """The one-time embedding of a caption bank (minutes for 30,000 captions): a message, then a bar with ETA."""
-
-    def __enter__(self):
-        self.bar = None
-        return self
-
-    def announce(self, count: int) -> None:
-        _say(f"imgtxt: embedding {count} captions once (cached for next time)...")
-
-    def progress(self, done: int, total: int) -> None:
-        from tqdm import tqdm
-
-        if self.bar is None:
-            self.bar = tqdm(total=total, unit="caption", file=sys.stderr, disable=not sys.stderr.isatty())
-        self.bar.update(done - self.bar.n)
-
-    def __exit__(self, *exc):
-        if self.bar is not None:
-            self.bar.close()
 
 
 @command("index")
@@ -214,9 +189,12 @@ def caption(photo, n, captions, index_dir, model, as_json):
 
     from .output import print_hits
 
+    library = _library(index_dir, model)
     with CaptionProgress() as report:
-        hits = _library(index_dir, model).caption(photo, n, read_captions(captions) if captions else None,
-                                                  on_compute=report.announce, progress=report.progress)
+        hits = library.caption(photo, n, read_captions(captions) if captions else None,
+                               on_compute=report.announce, progress=report.progress)
+    for line in library.notices:
+        _say(f"imgtxt: {line}")
     print_hits(hits, "caption", as_json)
 
 

@@ -330,8 +330,30 @@ def export_cnn(model):
     click.echo(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
 
 
+TRAIN_MODULES = ("torch", "torchvision", "timm", "onnx")   # the [train] extra's packages, as imported
+
+
+def needs_train(name: str, function):
+    """The command, refused in one line (with the install that fixes it) where the [train] extra is missing."""
+    import functools
+
+    from imgtxt import errors
+
+    @functools.wraps(function)
+    def checked(*args, **kwargs):
+        missing = errors.missing_modules(*TRAIN_MODULES)
+        if missing:
+            raise UsageError(f"`imgtxt {name}` needs {', '.join(missing)} (the train extra): "
+                             f"{errors.install_hint('train')}")
+        return function(*args, **kwargs)
+    return checked
+
+
 def register(command) -> None:
     """Add the research commands with cli.py's `command(name, section)` decorator."""
+    from .package_model import package_model
+
     for name, function in (("features", features), ("train", train), ("eval", evaluate),
-                           ("backbone-download", backbone_download), ("export-cnn", export_cnn)):
-        command(name, SECTION)(function)
+                           ("backbone-download", backbone_download), ("export-cnn", export_cnn),
+                           ("package-model", package_model)):
+        command(name, SECTION)(needs_train(name, function))

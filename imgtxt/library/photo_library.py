@@ -235,29 +235,29 @@ class Library:
         `progress(done, total)` during it."""
         from .query import caption, check_photo, photo_vector
 
+        self.notices = []
         index = self._open(required=False)
         try:
             model = self._query_model(index)
             path = check_photo(str(photo))
             vector = photo_vector(path, model, index, model.embed_photo)
-            hits = caption(model, vector, n, captions, on_compute=on_compute, progress=progress)
+            hits = caption(model, vector, n, captions, on_compute=on_compute, progress=progress, notices=self.notices)
         finally:
-            _close(index)
+            _close(index, self)
         return [CaptionMatch(h.rank, h.score, h.value) for h in hits]
 
     @_database_errors
     def prepare_captions(self, on_compute=None, progress=None) -> None:
         """Embed the model's caption bank now (once per model, then cached), so the first caption is quick."""
-        from .query import caption_vectors
+        from .query import bank_vectors
 
         index = self._open(required=False)
         try:
             model = self._query_model(index)
         finally:
             _close(index)
-        bank = model.caption_bank()
-        if bank:
-            caption_vectors(model, bank, on_compute, progress)
+        if model.caption_bank():
+            bank_vectors(model, on_compute, progress, self.notices)
 
     # ------------------------------------------------------------------ what is indexed
     @_database_errors

@@ -215,7 +215,7 @@ def caption_vectors(model, captions: list[str], on_compute=None, progress=None) 
     path = caption_cache_dir() / f"{safe_id}-{digest}.npy"
     try:
         cached = np.load(path)
-        if cached.shape == (len(captions), model.config["joint"]["embed_dim"]):
+        if cached.ndim == 2 and cached.shape[0] == len(captions):  # the key names the model: its width is fixed
             return cached
     except (OSError, ValueError):
         pass
@@ -234,12 +234,27 @@ def caption_vectors(model, captions: list[str], on_compute=None, progress=None) 
     return vectors
 
 
-def caption(model, vector: np.ndarray, n: int = 5, captions: list[str] | None = None,
-            on_compute=None, progress=None) -> list[Hit]:
-    bank = captions if captions is not None else model.caption_bank()
+def bank_vectors(model, on_compute=None, progress=None, notices: list[str] | None = None) -> tuple[list, np.ndarray]:
+    """The model's caption bank and its vectors: the ones stored with the model (package-model) when present and
+    sound, else embedded once and cached."""
+    from imgtxt.model.caption_bank import read_caption_vectors
+
+    bank = model.caption_bank()
     if not bank:
         raise QueryError(f"the model in {model.folder} has no caption bank (captions.txt); pass --captions FILE")
-    scores = model.scores(vector[None, :], caption_vectors(model, bank, on_compute, progress))[0]
+    stored = read_caption_vectors(model, bank, notices)
+    return bank, stored if stored is not None else caption_vectors(model, bank, on_compute, progress)
+
+
+def caption(model, vector: np.ndarray, n: int = 5, captions: list[str] | None = None,
+            on_compute=None, progress=None, notices: list[str] | None = None) -> list[Hit]:
+    if captions is None:
+        bank, vectors = bank_vectors(model, on_compute, progress, notices)
+        if vectors.shape[1] != vector.shape[0]:  # stored for another width than this model's photos: re-embed
+            vectors = caption_vectors(model, bank, on_compute, progress)
+    else:
+        bank, vectors = captions, caption_vectors(model, captions, on_compute, progress)
+    scores = model.scores(vector[None, :], vectors)[0]
     order = np.argsort(-scores, kind="stable")
     hits, seen = [], set()
     for i in order:

@@ -272,7 +272,9 @@ class TrainedModel:
                 self.on_cnn_load()
             embedder = onnx_embedder(self, threads)
             if embedder is None:
-                from .cnn_torch import ImageEmbedder
+                from .cnn_torch import ImageEmbedder, check_torch
+
+                check_torch(self.folder)
 
                 embedder = ImageEmbedder(self)
             self._cnn = _LOADED_CNNS[self.model_id] = embedder
