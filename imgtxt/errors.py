@@ -31,13 +31,13 @@ class ModelError(ImgtxtError):
 
 
 def install_hint(extra: str) -> str:
-    """The command that adds an optional part of imgtxt: from a checkout `pip install '.[EXTRA]'`; from an
+    """The command that adds an optional part of imgtxt: in a checkout `pip install '.[EXTRA]'`; from an
     installed wheel the extra's packages by name (imgtxt is not on a package index, so `imgtxt[EXTRA]` would
     not resolve)."""
     from pathlib import Path
 
     if (Path(__file__).resolve().parent.parent / "pyproject.toml").is_file():
-        return f"pip install '.[{extra}]' (in the imgtxt checkout)"
+        return f"pip install '.[{extra}]' in the imgtxt checkout"
     try:
         from importlib.metadata import PackageNotFoundError, requires
 

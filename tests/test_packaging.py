@@ -117,7 +117,7 @@ def test_without_the_train_extra_research_commands_say_what_to_install(library, 
     result = library.run("export-cnn", ok=False)
     assert result.exit_code == 2 and "Traceback" not in result.output
     assert result.stderr.strip() == ("imgtxt: `imgtxt export-cnn` needs torch (the train extra): "
-                                     "pip install '.[train]' (in the imgtxt checkout)")
+                                     "pip install '.[train]' in the imgtxt checkout")
 
 
 def test_install_hint_of_a_wheel_names_the_extras_packages(monkeypatch, tmp_path):
