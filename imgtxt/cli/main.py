@@ -217,7 +217,8 @@ def similar(photo, n, all_copies, index_dir, model, as_json, null):
 
 @command()
 @index_opt
-@json_opt
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout (photos, skipped, model, "
+              "index_dir, db, last_run, folders, forgotten); with --skipped, then one line per skipped file.")
 @click.option("--skipped", is_flag=True, help="Also list the skipped files and why.")
 def status(index_dir, as_json, skipped):
     """What is indexed.
@@ -233,6 +234,10 @@ def status(index_dir, as_json, skipped):
         sys.stdout.write("folders:\n")
         for folder in report.folders:
             sys.stdout.write(f"  {folder.photos:>7}  {printable(folder.path)}\n")
+    if not as_json and report.forgotten:
+        sys.stdout.write("forgotten (left out of `imgtxt index` until indexed by name):\n")
+        for path in report.forgotten:
+            sys.stdout.write(f"  {printable(path)}\n")
     if skipped:
         for path, reason in library.skipped():
             sys.stdout.write(json.dumps({"path": path, "reason": reason}, ensure_ascii=False) + "\n" if as_json
@@ -262,10 +267,16 @@ def serve(index_dir, model, port, host):
 @click.argument("path", type=PathType)
 @index_opt
 def forget(path, index_dir):
-    """Remove a folder or photo from the index.
+    """Remove a folder or photo from the index, and keep it out.
 
-    PATH is a folder or a photo; the files stay where they are.
+    PATH is a folder or a photo; the files stay where they are. Later `imgtxt index` runs of a folder above it
+    leave it out, until PATH (or a path inside it) is given to `imgtxt index` again. `imgtxt status` lists what
+    is forgotten.
     """
+    from .output import printable
+
     library = _library(index_dir, None)
     removed = library.forget(path)
-    click.echo(f"forgot {removed} photos under {path.absolute()}; {library.status().photos} photos indexed")
+    where = printable(str(path.absolute()))
+    click.echo(f"forgot {removed} photos under {where}; {library.status().photos} photos indexed; "
+               f"`imgtxt index` leaves it out until you index {where} itself again")

@@ -167,7 +167,8 @@ class Library:
 
     @_database_errors
     def forget(self, path: Path | str) -> int:
-        """Remove a photo, or every photo under a folder, from the index (never from disk). Returns how many."""
+        """Remove a photo, or every photo under a folder, from the index (never from disk), and keep it out of
+        later index runs until it (or a path inside it) is given to `index` again. Returns how many photos."""
         from . import vector_build
         from .indexer import IndexLock
         from .photo_paths import is_under
@@ -186,6 +187,8 @@ class Library:
                 with store.db.atomic():
                     store.remove_photos(photos)
                     store.remove_skipped(skipped)
+                    store.remove_forgotten([f for f in store.forgotten() if is_under(f, [key])])
+                    store.add_forgotten(key)
                 if meta.get("model_id"):
                     # Removed photos stay in the vector files as dead ids (SQLite drops them) until too many do.
                     count = vector_build.sync(store, meta["model_id"], int(meta["embed_dim"]), meta["similarity"]).live
@@ -268,7 +271,8 @@ class Library:
             folders = _folder_counts(index, s["model"])
         finally:
             _close(index)
-        return Status(s["photos"], s["skipped"], s["model"], s["index_dir"], s["db"], s["last_run"], folders)
+        return Status(s["photos"], s["skipped"], s["model"], s["index_dir"], s["db"], s["last_run"], folders,
+                      s["forgotten"])
 
     @_database_errors
     def skipped(self) -> list[tuple[str, str]]:

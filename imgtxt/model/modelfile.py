@@ -286,11 +286,15 @@ class TrainedModel:
 
     def embed_photo(self, path: Path | str) -> np.ndarray:
         """One photo file -> its joint vector (D,). Raises ImageError for a file that is not a usable photo."""
-        from .images import load_square, register_heif
+        from .images import ImageError, load_square, register_heif
 
         register_heif()
         size = self.image_embedder().resize_size
-        return self.embed_images(load_square(path, size)[None].copy())[0]  # writable for torch
+        try:
+            square = load_square(path, size)
+        except ImageError as e:  # the reason alone ("not an image Pillow can read") would not say which file
+            raise ImageError(f"{path}: {e}") from None
+        return self.embed_images(square[None].copy())[0]  # writable for torch
 
     # ------------------------------------------------------------------ encoders (numpy)
     def check_query(self, text: str) -> str | None:
