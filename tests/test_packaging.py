@@ -29,6 +29,7 @@ def test_package_model_writes_the_graph_and_the_caption_vectors(library, model_c
     assert "packaged" in result.stdout and "12 captions x 64, int8" in result.stdout
     record = stored_record(model_copy)
     assert (record["count"], record["dim"], record["storage"]) == (12, 64, "int8")
+    assert (model_copy / "captions.safetensors").stat().st_mode & 0o044 == 0o044   # readable once installed
     from imgtxt.model.modelfile import TrainedModel
 
     packaged = TrainedModel.load(model_copy)

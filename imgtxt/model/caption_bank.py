@@ -48,6 +48,7 @@ def write_caption_vectors(folder: Path | str, vectors: np.ndarray, storage: str 
         tensors = {"vectors": vectors.astype(np.float16)}
     tmp = folder / f".{VECTORS_FILE}.{os.getpid()}.tmp"
     save_file(tensors, str(tmp))
+    os.chmod(tmp, 0o644)  # safetensors writes 0600: a wheel would install it unreadable for other users
     os.replace(tmp, folder / VECTORS_FILE)
     record = {"file": VECTORS_FILE, "storage": storage, "count": int(vectors.shape[0]), "dim": int(vectors.shape[1]),
               "sha256": file_sha256(folder / VECTORS_FILE), "captions_sha256": file_sha256(folder / "captions.txt")}
