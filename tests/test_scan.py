@@ -132,3 +132,15 @@ def test_heif_only_when_pillow_heif_is_installed(tmp_path, name):
     touch(tmp_path / name)
     found, _ = results([tmp_path])
     assert (found == {name}) == heif_available()
+
+
+@pytest.mark.parametrize("name", ["a.heic", "b.HEIF"])
+def test_heif_without_pillow_heif_is_listed_as_skipped_with_the_install(tmp_path, name, monkeypatch):
+    import imgtxt.library.scan
+
+    monkeypatch.setattr(imgtxt.library.scan, "heif_available", lambda: False)
+    touch(tmp_path / name)
+    touch(tmp_path / "c.jpg")
+    found, problems = results([tmp_path])
+    assert found == {"c.jpg"}
+    assert problems == {name: "HEIC/HEIF photo (needs pillow-heif: pip install '.[heif]' in the imgtxt checkout)"}

@@ -16,11 +16,14 @@ import click
 from imgtxt import __version__
 from imgtxt.errors import ImgtxtError
 
+from .progress import CaptionProgress
+from .progress import say as _say
+
 PHOTOS = "Photos"
 
 
 RESEARCH_COMMANDS = ("features", "train", "eval", "backbone-download", "export-cnn", "add-concepts",
-                     "calibrate")  # research.py
+                     "calibrate", "package-model")  # research.py
 
 
 class Commands(click.Group):
@@ -92,13 +95,6 @@ def _library(index_dir, model):
     return Library(index_dir, model)
 
 
-def _say(message: str) -> None:
-    """stderr, above a progress bar if one is showing."""
-    from tqdm import tqdm
-
-    tqdm.write(message, file=sys.stderr)
-
-
 def _print_photos(matches, as_json: bool, preview: bool = False, library=None, null: bool = False) -> None:
     from .output import print_hits
 
@@ -116,28 +112,6 @@ def _print_photos(matches, as_json: bool, preview: bool = False, library=None, n
         print_with_thumbnails(matches, library)
     else:
         print_hits(matches, "path", as_json, null=null)
-
-
-class CaptionProgress:
-    """The one-time embedding of a caption bank (minutes for 30,000 captions): a message, then a bar with ETA."""
-
-    def __enter__(self):
-        self.bar = None
-        return self
-
-    def announce(self, count: int) -> None:
-        _say(f"imgtxt: embedding {count} captions once (cached for next time)...")
-
-    def progress(self, done: int, total: int) -> None:
-        from tqdm import tqdm
-
-        if self.bar is None:
-            self.bar = tqdm(total=total, unit="caption", file=sys.stderr, disable=not sys.stderr.isatty())
-        self.bar.update(done - self.bar.n)
-
-    def __exit__(self, *exc):
-        if self.bar is not None:
-            self.bar.close()
 
 
 @command("index")
@@ -221,9 +195,12 @@ def caption(photo, n, captions, index_dir, model, as_json):
 
     from .output import print_hits
 
+    library = _library(index_dir, model)
     with CaptionProgress() as report:
-        hits = _library(index_dir, model).caption(photo, n, read_captions(captions) if captions else None,
-                                                  on_compute=report.announce, progress=report.progress)
+        hits = library.caption(photo, n, read_captions(captions) if captions else None,
+                               on_compute=report.announce, progress=report.progress)
+    for line in library.notices:
+        _say(f"imgtxt: {line}")
     print_hits(hits, "caption", as_json)
 
 
@@ -246,7 +223,8 @@ def similar(photo, n, all_copies, index_dir, model, as_json, null):
 
 @command()
 @index_opt
-@json_opt
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout (photos, skipped, model, "
+              "index_dir, db, last_run, folders, forgotten); with --skipped, then one line per skipped file.")
 @click.option("--skipped", is_flag=True, help="Also list the skipped files and why.")
 def status(index_dir, as_json, skipped):
     """What is indexed.
@@ -262,6 +240,10 @@ def status(index_dir, as_json, skipped):
         sys.stdout.write("folders:\n")
         for folder in report.folders:
             sys.stdout.write(f"  {folder.photos:>7}  {printable(folder.path)}\n")
+    if not as_json and report.forgotten:
+        sys.stdout.write("forgotten (left out of `imgtxt index` until indexed by name):\n")
+        for path in report.forgotten:
+            sys.stdout.write(f"  {printable(path)}\n")
     if skipped:
         for path, reason in library.skipped():
             sys.stdout.write(json.dumps({"path": path, "reason": reason}, ensure_ascii=False) + "\n" if as_json
@@ -291,10 +273,16 @@ def serve(index_dir, model, port, host):
 @click.argument("path", type=PathType)
 @index_opt
 def forget(path, index_dir):
-    """Remove a folder or photo from the index.
+    """Remove a folder or photo from the index, and keep it out.
 
-    PATH is a folder or a photo; the files stay where they are.
+    PATH is a folder or a photo; the files stay where they are. Later `imgtxt index` runs of a folder above it
+    leave it out, until PATH (or a path inside it) is given to `imgtxt index` again. `imgtxt status` lists what
+    is forgotten.
     """
+    from .output import printable
+
     library = _library(index_dir, None)
     removed = library.forget(path)
-    click.echo(f"forgot {removed} photos under {path.absolute()}; {library.status().photos} photos indexed")
+    where = printable(str(path.absolute()))
+    click.echo(f"forgot {removed} photos under {where}; {library.status().photos} photos indexed; "
+               f"`imgtxt index` leaves it out until you index {where} itself again")

@@ -2,7 +2,7 @@
 
 textual-image asks the terminal whether it speaks the kitty graphics protocol or sixel (iTerm2, WezTerm,
 foot, Konsole, xterm -ti vt340 ...). Anywhere else — a pipe, a plain terminal, the optional package not
-installed — the usual text output is printed instead.
+installed — the usual text output is printed instead, and one line on stderr says why.
 """
 from __future__ import annotations
 
@@ -11,20 +11,36 @@ import sys
 from .output import print_hits
 
 
-def image_class():
-    """textual-image's renderable for this terminal when it can show real pixels, else None."""
+def no_pictures_reason() -> str | None:
+    """Why this output cannot show pictures (one line), or None when it can."""
     if not sys.stdout.isatty():
-        return None
+        return "the output is not a terminal"
     try:
         from textual_image import renderable
     except ImportError:
+        from imgtxt.errors import install_hint
+
+        return f"the preview extra is not installed ({install_hint('preview')})"
+    if renderable.Image not in (renderable.SixelImage, renderable.TGPImage):
+        return "this terminal cannot draw images (kitty, iTerm2, WezTerm or a sixel terminal can)"
+    return None
+
+
+def image_class():
+    """textual-image's renderable for this terminal when it can show real pixels, else None."""
+    if no_pictures_reason() is not None:
         return None
-    return renderable.Image if renderable.Image in (renderable.SixelImage, renderable.TGPImage) else None
+    from textual_image import renderable
+
+    return renderable.Image
 
 
 def print_with_thumbnails(matches, library, size: int = 256, rows: int = 8) -> None:
     image = image_class()
     if image is None:
+        from .progress import say
+
+        say(f"imgtxt: --preview shows no pictures: {no_pictures_reason()}")
         print_hits(matches, "path")
         return
     from rich.console import Console

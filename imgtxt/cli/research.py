@@ -280,10 +280,33 @@ def backbone_download(name):
     click.echo(str(download_weights(name)))
 
 
+TRAIN_MODULES = ("torch", "torchvision", "timm", "onnx")   # the [train] extra's packages, as imported
+
+
+def needs_train(name: str, function):
+    """The command, refused in one line (with the install that fixes it) where the [train] extra is missing."""
+    import functools
+
+    from imgtxt import errors
+
+    @functools.wraps(function)
+    def checked(*args, **kwargs):
+        missing = errors.missing_modules(*TRAIN_MODULES)
+        if missing:
+            raise UsageError(f"`imgtxt {name}` needs {', '.join(missing)} (the train extra): "
+                             f"{errors.install_hint('train')}")
+        return function(*args, **kwargs)
+    return checked
+
+
+TORCH_FREE = ("calibrate",)   # runs on the model's CNN graph
+
+
 def register(command) -> None:
     """Add the research commands with cli.py's `command(name, section)` decorator."""
     from .finishing import COMMANDS
+    from .package_model import package_model
 
     for name, function in (("features", features), ("train", train), ("eval", evaluate),
-                           ("backbone-download", backbone_download), *COMMANDS):
-        command(name, SECTION)(function)
+                           ("backbone-download", backbone_download), *COMMANDS, ("package-model", package_model)):
+        command(name, SECTION)(function if name in TORCH_FREE else needs_train(name, function))

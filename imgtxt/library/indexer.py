@@ -103,6 +103,7 @@ def run_index(index_dir: Path, roots: list[str], model, excludes=(), batch_size:
         store = open_rebuild_store(index_dir) if rebuild else Store(index_dir)
         try:
             run = IndexRun(store, roots, model, batch_size, workers, progress, log, notice or log, prune)
+            run.forgotten = forgotten_under(store, run.root_keys, notice or log)
             run.ray_address = ray_address  # embed on a Ray cluster (ray_index) instead of this process
             summary = run.execute(list(excludes))
             store.checkpoint()
@@ -115,8 +116,23 @@ def run_index(index_dir: Path, roots: list[str], model, excludes=(), batch_size:
         return summary
 
 
+def forgotten_under(store: Store, root_keys: list[str], notice) -> list[str]:
+    """The forgotten paths this run leaves out. A forgotten folder given to `index` (itself or a path inside it)
+    is indexed again and no longer forgotten."""
+    forgotten = store.forgotten()
+    lifted = [f for f in forgotten if any(is_under(r, [f]) for r in root_keys)]
+    with store.db.atomic():
+        store.remove_forgotten(lifted)
+    kept = [f for f in forgotten if f not in lifted and is_under(f, root_keys)]
+    for key in kept:
+        notice(f"imgtxt: left out {printable(key)} (forgotten; `imgtxt index` it by name to bring it back)")
+    return kept
+
+
 class IndexRun:
     """The phases of one run, in order; each leaves the database consistent (committed in transactions)."""
+
+    forgotten: list[str] = []   # paths under the roots that `imgtxt forget` keeps out
 
     def __init__(self, store: Store, roots, model, batch_size, workers, progress, log, notice, prune=False):
         self.store, self.roots, self.model, self.model_id = store, roots, model, model.model_id
@@ -168,6 +184,8 @@ class IndexRun:
         problems: list[Problem] = []
         roots = [r for r in self.roots if os.path.lexists(r)]
         for entry in scan(roots, excludes):
+            if self.forgotten and is_under(path_key(entry.path), self.forgotten):
+                continue
             if isinstance(entry, Found):
                 found[path_key(entry.path)] = entry
             else:
@@ -335,16 +353,18 @@ class IndexRun:
             batch.clear()
 
         size = embedder.resize_size
-        for w, result in in_order(lambda w: decode(w, size), to_embed, self.workers, 4 * self.batch_size):
-            if isinstance(result, ImageError):
-                self.skip(w, str(result))
-            else:
-                batch.append((w, result))
-            if len(batch) >= self.batch_size:
-                embed_batch()
-        embed_batch()
-        if bar is not None:
-            bar.close()
+        try:
+            for w, result in in_order(lambda w: decode(w, size), to_embed, self.workers, 4 * self.batch_size):
+                if isinstance(result, ImageError):
+                    self.skip(w, str(result))
+                else:
+                    batch.append((w, result))
+                if len(batch) >= self.batch_size:
+                    embed_batch()
+            embed_batch()
+        finally:  # also on Ctrl-C: closed now, the bar is not drawn again below the "interrupted" line at exit
+            if bar is not None:
+                bar.close()
 
     # ------------------------------------------------------------------ 5. removals, folder problems, vectors
     def finish(self, found: dict[str, Found], problems: list[Problem], vanished: set[str]) -> None:

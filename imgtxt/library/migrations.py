@@ -10,7 +10,7 @@ import sqlite3
 
 from .photo_paths import path_bytes, path_key
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 MIGRATIONS = [
     """
@@ -41,6 +41,14 @@ MIGRATIONS = [
     );
     """,
     "CREATE INDEX photos_hash_model ON photos (hash, model_id)",  # O(1) reuse of a known photo's vector
+    # `imgtxt forget`: folders and photos kept out of later index runs until one is given to `index` again
+    """
+    CREATE TABLE forgotten (
+        path TEXT PRIMARY KEY,
+        path_bytes BLOB,
+        forgotten_at TEXT NOT NULL
+    )
+    """,
 ]
 assert len(MIGRATIONS) == SCHEMA_VERSION
 

@@ -167,7 +167,8 @@ class Library:
 
     @_database_errors
     def forget(self, path: Path | str) -> int:
-        """Remove a photo, or every photo under a folder, from the index (never from disk). Returns how many."""
+        """Remove a photo, or every photo under a folder, from the index (never from disk), and keep it out of
+        later index runs until it (or a path inside it) is given to `index` again. Returns how many photos."""
         from . import vector_build
         from .indexer import IndexLock
         from .photo_paths import is_under
@@ -186,6 +187,8 @@ class Library:
                 with store.db.atomic():
                     store.remove_photos(photos)
                     store.remove_skipped(skipped)
+                    store.remove_forgotten([f for f in store.forgotten() if is_under(f, [key])])
+                    store.add_forgotten(key)
                 if meta.get("model_id"):
                     # Removed photos stay in the vector files as dead ids (SQLite drops them) until too many do.
                     count = vector_build.sync(store, meta["model_id"], int(meta["embed_dim"]), meta["similarity"]).live
@@ -239,29 +242,29 @@ class Library:
         `progress(done, total)` during it."""
         from .query import caption, check_photo, photo_vector, rate
 
+        self.notices = []
         index = self._open(required=False)
         try:
             model = self._query_model(index)
             path = check_photo(str(photo))
             vector = photo_vector(path, model, index, model.embed_photo)
-            hits = caption(model, vector, n, captions, on_compute=on_compute, progress=progress)
+            hits = caption(model, vector, n, captions, on_compute=on_compute, progress=progress, notices=self.notices)
         finally:
-            _close(index)
+            _close(index, self)
         return rate(model, [CaptionMatch(h.rank, h.score, h.value) for h in hits])
 
     @_database_errors
     def prepare_captions(self, on_compute=None, progress=None) -> None:
         """Embed the model's caption bank now (once per model, then cached), so the first caption is quick."""
-        from .query import caption_vectors
+        from .query import bank_vectors
 
         index = self._open(required=False)
         try:
             model = self._query_model(index)
         finally:
             _close(index)
-        bank = model.caption_bank()
-        if bank:
-            caption_vectors(model, bank, on_compute, progress)
+        if model.caption_bank():
+            bank_vectors(model, on_compute, progress, self.notices)
 
     # ------------------------------------------------------------------ what is indexed
     @_database_errors
@@ -272,7 +275,8 @@ class Library:
             folders = _folder_counts(index, s["model"])
         finally:
             _close(index)
-        return Status(s["photos"], s["skipped"], s["model"], s["index_dir"], s["db"], s["last_run"], folders)
+        return Status(s["photos"], s["skipped"], s["model"], s["index_dir"], s["db"], s["last_run"], folders,
+                      s["forgotten"])
 
     @_database_errors
     def skipped(self) -> list[tuple[str, str]]:

@@ -103,11 +103,18 @@ class Index:
     def skipped(self) -> list[tuple[str, str]]:
         return self.conn.execute("SELECT path, reason FROM skipped ORDER BY path").fetchall()
 
+    def forgotten(self) -> list[str]:
+        try:
+            return [row[0] for row in self.conn.execute("SELECT path FROM forgotten ORDER BY path")]
+        except sqlite3.OperationalError:  # an index from before `forget` kept folders out: nothing forgotten
+            return []
+
     def status(self) -> dict:
         model_id = self.model_id
         return {"photos": self.count("photos", model_id) if model_id else 0, "skipped": self.count("skipped"),
                 "model": model_id, "index_dir": str(self.dir.resolve()),
-                "db": str((self.dir / "index.db").resolve()), "last_run": self.meta.get("last_run")}
+                "db": str((self.dir / "index.db").resolve()), "last_run": self.meta.get("last_run"),
+                "forgotten": self.forgotten()}
 
 
 # ------------------------------------------------------------------------------------- confidence
@@ -163,13 +170,13 @@ def check_query(model, text: str) -> None:
 
 
 def rank(index: Index, model, vectors, query: np.ndarray, n: int, score_fn,
-         min_score: float | None = None, exclude: str | None = None) -> list[Hit]:
+         min_score: float | None = None, exclude: frozenset[str] = frozenset()) -> list[Hit]:
     if min_score is not None and math.isnan(min_score):
         raise QueryError("--min-score must be a number, not nan")
     # Removed photos may still be in the search files (`dead`): ask for that many more, and map ids to the
     # current paths, which leaves them out. The work is proportional to n (never more than the library holds),
     # not to the library.
-    want = min(n + (1 if exclude else 0), len(vectors)) + vectors.dead
+    want = min(n + len(exclude), len(vectors)) + vectors.dead
     ids, scores = vectors.search(query, want, score_fn)
     ids = ids.tolist()
     if not ids:
@@ -180,7 +187,7 @@ def rank(index: Index, model, vectors, query: np.ndarray, n: int, score_fn,
         key, path = paths.get(ids[i], (None, None))
         if min_score is not None and scores[i] < min_score:
             break  # best first: the rest score lower
-        if key is None or key == exclude:
+        if key is None or key in exclude:
             continue
         hits.append(Hit(len(hits) + 1, float(scores[i]), key, path))
         if len(hits) == n:
@@ -219,11 +226,25 @@ def photo_vector(path: str, model, index: Index | None, embed_photo) -> np.ndarr
     return embed_photo(path)
 
 
+def same_photo(index: Index, path: str) -> frozenset[str]:
+    """The keys of `path` and of every indexed file with the same bytes (its copies)."""
+    from .photo_work import file_hash
+
+    key = path_key(path)
+    row = index.conn.execute("SELECT hash FROM photos WHERE path = ?", [key]).fetchone()
+    try:
+        content = row[0] if row else file_hash(path)
+    except OSError:
+        return frozenset([key])
+    return frozenset([key, *(p for (p,) in index.conn.execute("SELECT path FROM photos WHERE hash = ?", [content]))])
+
+
 def similar(index: Index, model, vector: np.ndarray, n: int = 10, exclude: str | None = None) -> list[Hit]:
     vectors = index.vectors(model)
-    # Photo to photo: cosine between image vectors (an order score compares a caption to a photo).
+    # Photo to photo: cosine between image vectors (an order score compares a caption to a photo). The photo
+    # asked about and its byte-identical copies are not news: left out.
     return rank(index, model, vectors, vector, n, vector_index.dot_scorer(vector),
-                exclude=path_key(exclude) if exclude else None)
+                exclude=same_photo(index, exclude) if exclude else frozenset())
 
 
 def caption_cache_dir() -> Path:
@@ -275,12 +296,27 @@ def caption_vectors(model, captions: list[str], on_compute=None, progress=None) 
     return vectors
 
 
-def caption(model, vector: np.ndarray, n: int = 5, captions: list[str] | None = None,
-            on_compute=None, progress=None) -> list[Hit]:
-    bank = captions if captions is not None else model.caption_bank()
+def bank_vectors(model, on_compute=None, progress=None, notices: list[str] | None = None) -> tuple[list, np.ndarray]:
+    """The model's caption bank and its vectors: the ones stored with the model (package-model) when present and
+    sound, else embedded once and cached."""
+    from imgtxt.model.caption_bank import read_caption_vectors
+
+    bank = model.caption_bank()
     if not bank:
         raise QueryError(f"the model in {model.folder} has no caption bank (captions.txt); pass --captions FILE")
-    scores = model.scores(vector[None, :], caption_vectors(model, bank, on_compute, progress))[0]
+    stored = read_caption_vectors(model, bank, notices)
+    return bank, stored if stored is not None else caption_vectors(model, bank, on_compute, progress)
+
+
+def caption(model, vector: np.ndarray, n: int = 5, captions: list[str] | None = None,
+            on_compute=None, progress=None, notices: list[str] | None = None) -> list[Hit]:
+    if captions is None:
+        bank, vectors = bank_vectors(model, on_compute, progress, notices)
+        if vectors.shape[1] != vector.shape[0]:  # stored for another width than this model's photos: re-embed
+            vectors = caption_vectors(model, bank, on_compute, progress)
+    else:
+        bank, vectors = captions, caption_vectors(model, captions, on_compute, progress)
+    scores = model.scores(vector[None, :], vectors)[0]
     order = np.argsort(-scores, kind="stable")
     hits, seen = [], set()
     for i in order:

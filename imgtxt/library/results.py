@@ -49,6 +49,7 @@ class Status:
     db: str
     last_run: str | None
     folders: list[Folder]
+    forgotten: list[str] = field(default_factory=list)   # kept out of `index` runs (imgtxt forget)
 
     def as_dict(self) -> dict:
         out = dict(self.__dict__)

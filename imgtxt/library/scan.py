@@ -39,6 +39,16 @@ def photo_suffixes() -> set[str]:
     return PHOTO_SUFFIXES | (HEIF_SUFFIXES if heif_available() else set())
 
 
+def suffixes_needing_extras() -> dict[str, str]:
+    """Photo suffixes this install cannot decode -> the skip reason, with the install that fixes it."""
+    from imgtxt.errors import install_hint
+
+    if heif_available():
+        return {}
+    reason = f"HEIC/HEIF photo (needs pillow-heif: {install_hint('heif')})"
+    return {suffix: reason for suffix in HEIF_SUFFIXES}
+
+
 def is_hidden(name: str) -> bool:
     return name.startswith(".")  # also covers macOS "._photo.jpg" resource forks
 
@@ -74,6 +84,8 @@ def scan(roots: Iterable[str], excludes: Iterable[str] = (),
     Symbolic links are followed (a linked album is part of the collection); a folder reached twice
     through links is reported as a loop instead of being walked forever.
     """
+    # A photo this install cannot decode is listed as skipped with the install that fixes it, never dropped.
+    needs_extra = suffixes_needing_extras() if suffixes is None else {}
     suffixes = suffixes if suffixes is not None else photo_suffixes()
     excludes = list(excludes)
     visited_dirs: set[tuple[int, int]] = set()
@@ -136,4 +148,6 @@ def scan(roots: Iterable[str], excludes: Iterable[str] = (),
                     found = file_entry(entry.path, st)
                     if found is not None:
                         yield found
+                elif needs_extra and os.path.splitext(name)[1].lower() in needs_extra:
+                    yield Problem(entry.path, needs_extra[os.path.splitext(name)[1].lower()])
             stack.extend(reversed(subfolders))  # depth first, in name order

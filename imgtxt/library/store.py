@@ -343,6 +343,18 @@ class Store:
         for key in keys:
             self.db.execute("DELETE FROM skipped WHERE path = ?", [key])
 
+    # -------------------------------------------------------------- forgotten folders (imgtxt forget)
+    def forgotten(self) -> list[str]:
+        return [r["path"] for r in self.db.query("SELECT path FROM forgotten ORDER BY path")]
+
+    def add_forgotten(self, path: str) -> None:
+        self.db["forgotten"].upsert({"path": path_key(path), "path_bytes": path_bytes(path),
+                                     "forgotten_at": now_iso()}, pk="path")
+
+    def remove_forgotten(self, keys: list[str]) -> None:
+        for key in keys:
+            self.db.execute("DELETE FROM forgotten WHERE path = ?", [key])
+
     def checkpoint(self) -> None:
         """Copy the WAL into the .db file, so the file alone is the whole index (read-only and immutable
         readers ignore a WAL they cannot share)."""

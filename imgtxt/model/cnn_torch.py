@@ -18,6 +18,16 @@ class FeatureSettings:
     runtime: str = "torch"                # dataset features: "torch" or "openvino" (the exported graph, fp32)
 
 
+def check_torch(model_folder) -> None:
+    """A one-line ModelError when the CNN has to run in torch (no exported graph) but torch is not installed."""
+    from imgtxt.errors import ModelError, install_hint, missing_modules
+
+    if missing_modules("torch"):
+        raise ModelError(f"{model_folder} carries no CNN graph (cnn.onnx) and torch is not installed to run its "
+                         f"CNN: finish the model with `imgtxt package-model` where torch is, or "
+                         f"{install_hint('train')}")
+
+
 def torch_extractor(settings: FeatureSettings, device: str | None = None):
     """The backbone's raw FNE extractor in torch (`settings.runtime` is the dataset pipeline's business)."""
     from .backbones import load_backbone

@@ -28,97 +28,15 @@ from imgtxt.errors import ImgtxtError, ModelError  # noqa: F401  (ModelError: im
 from . import concepts, text_encoders
 from .calibration import Calibration
 from .fne import FeatureStats, full_network_embedding, l2_normalize
+from .model_checks import BACKBONE_NAMES, check_config, check_shapes  # noqa: F401  (BACKBONE_NAMES: tests)
 from .tensor_file import LazyTensors
 
 FORMAT, FORMAT_VERSION = "imgtxt-model", 1
 IMAGE_PROJECTION = "image_projection"
 # backbones.BACKBONES, repeated so that loading a model never imports torch (a test keeps them equal)
-BACKBONE_NAMES = ("efficientnet_lite0", "efficientnet_lite1", "efficientnet_lite2", "vgg16", "resnet50", "resnet152")
-_INT, _STR, _BOOL = (int,), (str,), (bool,)
-CONFIG_SCHEMA = {   # section -> key -> accepted types; checked at load so a bad file fails in one line, at once
-    "joint": {"embed_dim": _INT, "image_dim": _INT, "similarity": _STR, "use_abs": _BOOL},
-    "features": {"kind": _STR, "backbone": _STR, "backbone_id": _STR, "layer_set": _STR, "crops": _INT,
-                 "precision": _STR, "raw_dim": _INT, "baseline_slice": (list,)},
-}
-
-
 def safe_name(name: str) -> str:
     """A model name as it may appear in a file name: no separators, no leading dots, nothing odd."""
     return re.sub(r"[^A-Za-z0-9_.-]", "_", name).lstrip(".")[:64] or "model"
-
-
-def check_config(config, where: Path) -> None:
-    """model.json's structure and values, before anything is computed from them."""
-    if not isinstance(config, dict):
-        raise ModelError(f"{where}: model.json must hold an object")
-    for section, keys in CONFIG_SCHEMA.items():
-        if not isinstance(config.get(section), dict):
-            raise ModelError(f"{where}: model.json lacks the {section!r} section")
-        for key, types in keys.items():
-            value = config[section].get(key)
-            if key not in config[section]:
-                raise ModelError(f"{where}: model.json lacks {section}.{key}")
-            if not isinstance(value, types) or (types is _INT and isinstance(value, bool)):
-                raise ModelError(f"{where}: model.json {section}.{key} has the wrong type ({value!r})")
-    joint, features = config["joint"], config["features"]
-    if joint["similarity"] not in ("cosine", "order"):
-        raise ModelError(f"{where}: model.json joint.similarity must be cosine or order, not {joint['similarity']!r}")
-    if min(joint["embed_dim"], joint["image_dim"], features["raw_dim"], features["crops"]) < 1:
-        raise ModelError(f"{where}: model.json has a size below 1")
-    if features["kind"] not in ("fne", "baseline"):
-        raise ModelError(f"{where}: model.json features.kind must be fne or baseline, not {features['kind']!r}")
-    if features["backbone"] not in BACKBONE_NAMES:
-        raise ModelError(f"{where}: unknown backbone {features['backbone']!r} in model.json; known: "
-                         f"{', '.join(BACKBONE_NAMES)}")
-    if "@" not in features["backbone_id"]:
-        raise ModelError(f"{where}: model.json features.backbone_id must be NAME@WEIGHTS")
-    start_stop = features["baseline_slice"]
-    if len(start_stop) != 2 or not all(isinstance(v, int) for v in start_stop) or \
-            not 0 <= start_stop[0] < start_stop[1] <= features["raw_dim"]:
-        raise ModelError(f"{where}: model.json features.baseline_slice must be [start, stop] within raw_dim")
-    expected = features["raw_dim"] if features["kind"] == "fne" else start_stop[1] - start_stop[0]
-    if joint["image_dim"] != expected:
-        raise ModelError(f"{where}: model.json joint.image_dim {joint['image_dim']} does not match its features "
-                         f"({expected})")
-    if not isinstance(config.get("name", ""), str):
-        raise ModelError(f"{where}: model.json name must be a string")
-    if "concepts" in config:
-        reason = concepts.check_config(config["concepts"])
-        if reason is None and config["concepts"]["raw_slice"][1] > features["raw_dim"]:
-            reason = "concepts.raw_slice lies outside the raw features"
-        if reason is None and text_encoders.text_config_of(config).get("kind") != "minilm":
-            reason = "concepts need a sentence encoder (text kind minilm)"
-        if reason:
-            raise ModelError(f"{where}: model.json {reason}")
-
-
-def check_shapes(tensors, config: dict, path: Path) -> None:
-    """The image side's, the GRU's and the text kinds' declared weight shapes against model.json, at load: not
-    after half a minute of CNN work or at the first query (int8 matrices' row scales too)."""
-    joint, raw_dim = config["joint"], config["features"]["raw_dim"]
-    h = joint["embed_dim"]
-    expected = {"image_projection": (h, joint["image_dim"]), "fne.mean": (raw_dim,), "fne.std": (raw_dim,)}
-    text_config = text_encoders.text_config_of(config)
-    if text_config["kind"] == "gru" and joint.get("word_dim"):
-        w = joint["word_dim"]
-        expected.update({"gru.weight_ih": (3 * h, w), "gru.weight_hh": (3 * h, h), "gru.bias_ih": (3 * h,),
-                         "gru.bias_hh": (3 * h,)})
-    expected.update(text_encoders.tensor_shapes(text_config, h))
-    if "concepts" in config:
-        missing = [n for n in concepts.TENSOR_NAMES if n not in tensors]
-        if missing:
-            raise ModelError(f"{path}: model.json has a concepts section but the tensors {missing} are missing")
-        expected.update(concepts.tensor_shapes(config["concepts"]))
-    for name, shape in expected.items():
-        if name not in tensors:
-            continue
-        found = tensors.shape(name)
-        if len(found) != len(shape) or any(s is not None and f != s for f, s in zip(found, shape)):
-            said = tuple("any" if s is None else s for s in shape)
-            raise ModelError(f"{path}: tensor {name} has shape {found}, model.json says {said}")
-        if name + ".scale" in tensors and tensors.shape(name + ".scale") != found[:1]:
-            raise ModelError(f"{path}: tensor {name}.scale has shape {tensors.shape(name + '.scale')}, "
-                             f"expected {found[:1]}")
 
 
 def default_model_dir() -> Path:
@@ -305,7 +223,9 @@ class TrainedModel:
                 self.on_cnn_load()
             embedder = onnx_embedder(self, threads)
             if embedder is None:
-                from .cnn_torch import ImageEmbedder
+                from .cnn_torch import ImageEmbedder, check_torch
+
+                check_torch(self.folder)
 
                 embedder = ImageEmbedder(self)
             self._cnn = _LOADED_CNNS[self.model_id] = embedder
@@ -317,11 +237,15 @@ class TrainedModel:
 
     def embed_photo(self, path: Path | str) -> np.ndarray:
         """One photo file -> its joint vector (D,). Raises ImageError for a file that is not a usable photo."""
-        from .images import load_square, register_heif
+        from .images import ImageError, load_square, register_heif
 
         register_heif()
         size = self.image_embedder().resize_size
-        return self.embed_images(load_square(path, size)[None].copy())[0]  # writable for torch
+        try:
+            square = load_square(path, size)
+        except ImageError as e:  # the reason alone ("not an image Pillow can read") would not say which file
+            raise ImageError(f"{path}: {e}") from None
+        return self.embed_images(square[None].copy())[0]  # writable for torch
 
     # ------------------------------------------------------------------ encoders (numpy)
     def check_query(self, text: str) -> str | None:
