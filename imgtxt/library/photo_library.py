@@ -1,7 +1,7 @@
 """imgtxt as a Python library: a `Library` is one index folder and the model that reads it.
 
     from imgtxt import Library
-    lib = Library("/tmp/my-index")          # index folder; default $IMGTXT_INDEX_DIR or ~/.local/share/imgtxt
+    lib = Library("my-index")               # index folder; default $IMGTXT_INDEX_DIR or ~/.local/share/imgtxt
     lib.index(["~/Photos"])                 # incremental, like `imgtxt index`
     for match in lib.search("a dog on a beach", n=5):
         print(match.rank, match.score, match.path)
