@@ -28,3 +28,25 @@ class UsageError(ImgtxtError):
 
 class ModelError(ImgtxtError):
     """A model folder that is missing, incomplete, or not an imgtxt model."""
+
+
+def install_hint(extra: str) -> str:
+    """The pip command that installs one of imgtxt's extras, right for how imgtxt was installed. imgtxt is not
+    on PyPI, so `pip install 'imgtxt[serve]'` finds nothing: from a source checkout the checkout itself is
+    installed with the extra; from a wheel, that wheel with the extra, or else the extra's packages by name."""
+    import shlex
+    from importlib import metadata
+    from pathlib import Path
+
+    checkout = Path(__file__).resolve().parent.parent
+    if (checkout / "pyproject.toml").is_file():
+        return f"pip install {shlex.quote(f'{checkout}[{extra}]')}"
+    try:
+        version = metadata.version("imgtxt")
+        marker = f'extra == "{extra}"'
+        packages = [r.split(";")[0].strip() for r in metadata.requires("imgtxt") or []
+                    if marker in r.replace("'", '"')]
+    except metadata.PackageNotFoundError:
+        version, packages = "0.1.0", []
+    wheel = f"pip install 'imgtxt-{version}-py3-none-any.whl[{extra}]' (the wheel imgtxt was installed from)"
+    return wheel + (f", or pip install {' '.join(shlex.quote(p) for p in packages)}" if packages else "")

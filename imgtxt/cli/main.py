@@ -266,18 +266,40 @@ def status(index_dir, as_json, skipped):
 @query_model_opt
 @click.option("--port", type=click.IntRange(1, 65535), default=8000, show_default=True, help="Port to listen on.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind (default: this machine only).")
-def serve(index_dir, model, port, host):
+@click.option("--allow-host", multiple=True, metavar="NAME",
+              help="Also answer requests for this host name (repeatable), e.g. the machine's name when "
+                   "--host 0.0.0.0 exposes it on purpose. localhost, 127.0.0.1, [::1] and --host always are.")
+def serve(index_dir, model, port, host, allow_host):
     """Browse and search the index in a web browser.
 
     A search box, thumbnails with scores; click a photo for its captions and similar photos.
     """
-    from imgtxt.web.app import run
+    from imgtxt.web.app import check_installed, run
 
+    check_installed()  # before anything slow
     library = _library(index_dir, model)
-    library.status()  # no index: say so before anything slow
-    with CaptionProgress() as report:  # photo pages show captions: embed the bank before the first click
-        library.prepare_captions(report.announce, report.progress)
-    run(library, host, port)
+    library.status()  # no index: say so before listening
+
+    def prepare(done):
+        """The caption bank, embedded once per model while the server already answers."""
+        announced = []
+
+        def announce(count):
+            _say(f"imgtxt: embedding {count} captions once, in the background (photo pages show captions "
+                 f"when done)")
+            announced.append(count)
+        try:
+            library.prepare_captions(announce)
+            if announced:
+                _say("imgtxt: captions ready")
+        except ImgtxtError as e:
+            _say(f"imgtxt: no captions: {e}")
+        except Exception as e:  # noqa: BLE001 - a background thread: one line, never a traceback
+            _say(f"imgtxt: no captions: {type(e).__name__}: {e}")
+        finally:
+            done()
+
+    run(library, host, port, allow_host, prepare, say=_say)
 
 
 @command()
