@@ -121,6 +121,7 @@ def test_sixteen_concurrent_photo_pages_that_need_the_cnn_all_answer(served, ind
     for photo in indexed:   # changed since indexing: each page embeds its photo with the CNN again
         os.utime(photo, ns=(time.time_ns(), time.time_ns()))
     pages = [f"/photo/{photo_id}" for photo_id in ids(lib)] * 4
+    assert get(port, pages[0])[0] == 200   # the CNN loaded: from now on the server threads share it
     with ThreadPoolExecutor(16) as pool:
         answers = list(pool.map(lambda path: get(port, path), pages[:16]))
     assert [status for status, _, _ in answers] == [200] * 16, [body[-300:] for _, _, body in answers]
