@@ -254,3 +254,19 @@ def test_serve_says_where_only_once_it_listens_and_a_taken_port_is_one_line(libr
     finally:
         process.terminate()
         process.wait(30)
+
+
+def test_a_file_name_that_is_not_utf8_shows_on_every_page(library, tmp_path):
+    from imgtxt.library.photo_library import Library
+
+    photos = copy_examples(tmp_path / "photos")
+    latin1 = photos[0].with_name(os.fsdecode(b"caf\xe9.jpg"))
+    photos[0].rename(latin1)
+    library.run("index", tmp_path / "photos", "-q")
+    lib = Library(library.index)
+    with uvicorn_thread(lib) as port:
+        status, _, body = get(port, "/?q=a+photo&n=20")
+        assert status == 200 and "caf\ufffd.jpg".encode() in body
+        for photo_id in ids(lib):
+            assert get(port, f"/photo/{photo_id}")[0] == 200
+            assert get(port, f"/thumb/{photo_id}")[0] == 200

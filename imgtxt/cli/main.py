@@ -15,6 +15,7 @@ import click
 
 from imgtxt import __version__
 from imgtxt.errors import ImgtxtError
+from imgtxt.safe_text import printable
 
 PHOTOS = "Photos"
 
@@ -48,11 +49,22 @@ class Commands(click.Group):
                 formatter.write_dl([(name, command.get_short_help_str(width)) for name, command in rows])
 
     def invoke(self, ctx):
+        from .output import GuardedStdout, OutputError, silence_stdout
+
+        stdout = sys.stdout
+        sys.stdout = GuardedStdout(stdout)  # stdout closed, full, or in an encoding without the characters
         try:
-            return super().invoke(ctx)
+            result = super().invoke(ctx)
+            sys.stdout.flush()
+            return result
         except ImgtxtError as e:
-            click.echo(f"imgtxt: {e}", err=True)
+            if isinstance(e, OutputError) and stdout is sys.__stdout__:
+                silence_stdout()  # what is still buffered cannot be written either: no second complaint
+            if not getattr(e, "quiet", False):  # names from the command line may hold ESC or newlines
+                click.echo(f"imgtxt: {printable(str(e))}", err=True)
             raise click.exceptions.Exit(getattr(e, "exit_code", 1)) from None
+        finally:
+            sys.stdout = stdout
 
 
 @click.group(cls=Commands, no_args_is_help=True, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 120})
@@ -71,7 +83,14 @@ def command(name: str | None = None, section: str = PHOTOS):
     return register
 
 
-PathType = click.Path(path_type=Path)
+class SafePath(click.Path):
+    """click.Path whose errors show control characters in the path as escapes."""
+
+    def fail(self, message, param=None, ctx=None):
+        super().fail(printable(message), param, ctx)
+
+
+PathType = SafePath(path_type=Path)
 index_opt = click.option("--index", "index_dir", type=PathType, default=None,
                          help="Index folder (default: $IMGTXT_INDEX_DIR, else $XDG_DATA_HOME/imgtxt).")
 model_opt = click.option("--model", type=PathType, default=None,
@@ -92,10 +111,10 @@ def _library(index_dir, model):
 
 
 def _say(message: str) -> None:
-    """stderr, above a progress bar if one is showing."""
+    """stderr, above a progress bar if one is showing; control characters in names escaped (one line)."""
     from tqdm import tqdm
 
-    tqdm.write(message, file=sys.stderr)
+    tqdm.write(printable(message), file=sys.stderr)
 
 
 def _print_photos(matches, as_json: bool, preview: bool = False, library=None, null: bool = False) -> None:
@@ -312,4 +331,5 @@ def forget(path, index_dir):
     """
     library = _library(index_dir, None)
     removed = library.forget(path)
-    click.echo(f"forgot {removed} photos under {path.absolute()}; {library.status().photos} photos indexed")
+    click.echo(f"forgot {removed} photos under {printable(str(path.absolute()))}; {library.status().photos} photos "
+               f"indexed")

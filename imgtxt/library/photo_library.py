@@ -303,7 +303,7 @@ class Library:
         (private to this user). Raises ThumbnailCacheError, holding the picture, when it cannot be kept."""
         from .thumbnails import thumbnail
 
-        return thumbnail(self.photo(photo_id).path, int(size))
+        return thumbnail(self.photo(photo_id).path, size)
 
 
 # ---------------------------------------------------------------------------------------- helpers

@@ -23,6 +23,7 @@ from imgtxt.safe_text import printable
 from .photo_work import file_hash
 
 _HASH = re.compile(r"[0-9a-f]{32}")
+MIN_SIZE, MAX_SIZE = 16, 4096
 
 
 class ThumbnailCacheError(ImgtxtError):
@@ -68,6 +69,8 @@ def thumbnail(photo: str, size: int = 256) -> Path:
 
     from imgtxt.model.images import load_rgb, register_heif
 
+    if isinstance(size, bool) or not isinstance(size, int) or not MIN_SIZE <= size <= MAX_SIZE:
+        raise ImgtxtError(f"a thumbnail size is {MIN_SIZE} to {MAX_SIZE} pixels, not {str(size)[:20]}")
     try:
         path = thumbnail_path(file_hash(photo), size)
     except FileNotFoundError:

@@ -108,6 +108,7 @@ def create_app(library, hosts: frozenset[str] = frozenset(LOCAL_HOSTS), captions
     from imgtxt.library.thumbnails import ThumbnailCacheError
 
     templates = Jinja2Templates(directory=str(TEMPLATES))
+    templates.env.finalize = _displayable  # before the first template compiles: it applies to every {{ }}
 
     def page(request, name: str, status: int = 200, **context):
         return templates.TemplateResponse(request, name, {"index_dir": library.index_dir, **context},
@@ -171,6 +172,17 @@ def create_app(library, hosts: frozenset[str] = frozenset(LOCAL_HOSTS), captions
     return Guard(app, hosts)
 
 
+def _displayable(value):
+    """A file name that is not valid UTF-8 (its bad bytes surrogate-escaped) shown with U+FFFD: the page is
+    UTF-8, and one such name must not turn it into a 500."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    return value
+
+
 def _int(value, default: int) -> int:
     try:
         return max(1, min(200, int(value)))
@@ -181,6 +193,8 @@ def _int(value, default: int) -> int:
 def listen(host: str, port: int) -> socket.socket:
     """A socket bound and listening on host:port, or an ImgtxtError with the reason (address already in use)."""
     where = f"{printable(host)}:{port}"
+    if not host.strip():  # "" would bind every interface
+        raise ImgtxtError("--host must name an address (127.0.0.1, or 0.0.0.0 for every interface)")
     try:
         family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
                                                              flags=socket.AI_PASSIVE)[0]
