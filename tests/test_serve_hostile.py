@@ -188,7 +188,8 @@ def test_a_thumbnail_shows_the_file_as_it_is_now(served, indexed, tmp_path):
     edited = get(port, f"/thumb/{photo_id}")[2]
     assert np.allclose(mean_colour(edited), [255, 0, 0], atol=8)
     photo.write_bytes(original)                                   # restored
-    assert get(port, f"/thumb/{photo_id}")[2] == first
+    status, headers, body = get(port, f"/thumb/{photo_id}")
+    assert body == first and "no-cache" in headers["cache-control"]   # a browser asks again each time
 
 
 def test_a_full_thumbnail_cache_still_shows_the_photo(served, monkeypatch):
@@ -266,7 +267,28 @@ def test_a_file_name_that_is_not_utf8_shows_on_every_page(library, tmp_path):
     lib = Library(library.index)
     with uvicorn_thread(lib) as port:
         status, _, body = get(port, "/?q=a+photo&n=20")
-        assert status == 200 and "caf\ufffd.jpg".encode() in body
-        for photo_id in ids(lib):
-            assert get(port, f"/photo/{photo_id}")[0] == 200
-            assert get(port, f"/thumb/{photo_id}")[0] == 200
+        assert status == 200 and b"caf\\xe9.jpg" in body   # results name it by its index key
+        pages = [get(port, f"/photo/{photo_id}") for photo_id in ids(lib)]
+        assert [status for status, _, _ in pages] == [200] * len(photos)
+        assert any("caf\ufffd.jpg".encode() in body for _, _, body in pages)   # its own page: the file's name
+        assert all(get(port, f"/thumb/{photo_id}")[0] == 200 for photo_id in ids(lib))
+
+
+def test_serve_checks_its_extra_before_loading_anything(monkeypatch):
+    import importlib.util
+
+    from click.testing import CliRunner
+
+    import imgtxt.library.photo_library as photo_library
+    from imgtxt.cli.main import app
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "uvicorn" else real(name, *a))
+
+    def too_early(*args, **kwargs):
+        raise AssertionError("the index or model was opened before the extra was checked")
+    monkeypatch.setattr(photo_library.Library, "__init__", too_early)
+    result = CliRunner().invoke(app, ["serve"])
+    assert result.exit_code == 1 and result.stderr.count("\n") == 1, result.stderr
+    assert "uvicorn missing" in result.stderr and "[serve]'" in result.stderr
+    assert "'imgtxt[serve]'" not in result.stderr   # imgtxt is not on PyPI: that command finds nothing

@@ -148,14 +148,19 @@ def create_app(library, hosts: frozenset[str] = frozenset(LOCAL_HOSTS), captions
     def image(size: int):
         def endpoint(request):
             try:
-                data = library.thumbnail(request.path_params["photo_id"], size).read_bytes()
+                path = library.thumbnail(request.path_params["photo_id"], size)
+                # Named by the photo's current content: the browser revalidates, so an edit shows at once
+                headers = {"Cache-Control": "private, no-cache", "ETag": f'"{path.stem}"'}
+                if request.headers.get("if-none-match") == headers["ETag"]:
+                    return Response(status_code=304, headers=headers)
+                data = path.read_bytes()
             except ThumbnailCacheError as e:  # disk full: the picture made in memory, not kept
                 return Response(e.jpeg, media_type="image/jpeg", headers={"Cache-Control": "no-store"})
             except ImgtxtError as e:
                 return page(request, "search.html", 404, query="", matches=None, error=str(e))
             except OSError:  # the cached file went away just now (a cache cleaner): not an error of the photo
                 return Response("thumbnail cache unavailable, try again\n", 503, media_type="text/plain")
-            return Response(data, media_type="image/jpeg", headers={"Cache-Control": "private, max-age=3600"})
+            return Response(data, media_type="image/jpeg", headers=headers)
         return endpoint
 
     def style(request):
