@@ -12,28 +12,54 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from imgtxt.errors import ImgtxtError
+from imgtxt.safe_text import printable
+
 INDEX_ENV, CACHE_ENV, DATA_ENV, MODEL_ENV = "IMGTXT_INDEX_DIR", "IMGTXT_CACHE_DIR", "IMGTXT_DATA_DIR", "IMGTXT_MODEL"
+
+
+def _home() -> Path:
+    """The user's home folder; a one-line error where there is none (HOME unset and a uid without a passwd
+    entry, as in some containers) rather than a folder guessed in the wrong place."""
+    try:
+        return Path.home()
+    except (RuntimeError, KeyError):
+        raise ImgtxtError(f"no home folder: HOME is not set and user id {os.getuid()} has no entry in the "
+                          f"password database; set HOME, or {INDEX_ENV} and {CACHE_ENV}") from None
+
+
+def _expand(path: Path | str) -> Path:
+    """`~` and `~user` expanded; a path without them never needs a home folder."""
+    path = Path(path)
+    if not str(path).startswith("~"):
+        return path
+    try:
+        return path.expanduser()
+    except RuntimeError:
+        if path.parts[0] == "~":
+            _home()
+        raise ImgtxtError(f"{printable(str(path))}: there is no user {printable(path.parts[0][1:])}") from None
 
 
 def _env_path(name: str) -> Path | None:
     value = os.environ.get(name)
-    return Path(value).expanduser() if value else None
+    return _expand(value) if value else None
 
 
 def index_dir(option: Path | str | None = None) -> Path:
     if option:
-        return Path(option).expanduser()
-    base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
-    return _env_path(INDEX_ENV) or Path(base) / "imgtxt"
+        return _expand(option)
+    base = os.environ.get("XDG_DATA_HOME")
+    return _env_path(INDEX_ENV) or (Path(base) if base else _home() / ".local" / "share") / "imgtxt"
 
 
 def cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return _env_path(CACHE_ENV) or Path(base) / "imgtxt"
+    base = os.environ.get("XDG_CACHE_HOME")
+    return _env_path(CACHE_ENV) or (Path(base) if base else _home() / ".cache") / "imgtxt"
 
 
 def data_dir(option: Path | str | None = None) -> Path | None:
-    return Path(option).expanduser() if option else _env_path(DATA_ENV)
+    return _expand(option) if option else _env_path(DATA_ENV)
 
 
 def default_model_dir() -> Path:
@@ -45,7 +71,7 @@ def default_model_dir() -> Path:
 
 def chosen_model_dir(option: Path | str | None = None) -> Path | None:
     """The model the user asked for (`--model`, else $IMGTXT_MODEL), or None: the caller picks a default."""
-    return Path(option).expanduser() if option else _env_path(MODEL_ENV)
+    return _expand(option) if option else _env_path(MODEL_ENV)
 
 
 def model_dir(option: Path | str | None = None) -> Path:

@@ -108,3 +108,21 @@ def test_graph_for_other_settings_is_refused(tmp_path, tiny_model):
     (folder / "cnn.onnx").write_bytes(b"not a graph")
     with pytest.raises(GraphError, match="not a loadable ONNX graph"):
         onnx_embedder(TrainedModel.load(folder), export=False)
+
+
+@pytest.mark.parametrize("backend", ["openvino", "onnxruntime"])
+def test_threads_sharing_one_loaded_cnn_all_get_their_features(tiny_model, backend, monkeypatch):
+    """`imgtxt serve` runs photo pages in a thread pool over one loaded CNN: OpenVINO's single infer request
+    said "Infer Request is busy" to every thread but one."""
+    pytest.importorskip(backend, reason=f"{backend} is in the test extra")
+    from concurrent.futures import ThreadPoolExecutor
+
+    from imgtxt.model.cnn_runtime import graph_paths
+
+    path = next(p for p in graph_paths(tiny_model) if p.is_file())
+    extractor = OnnxFeatureExtractor(path, backend=backend)
+    squares = _squares(16, size=extractor.resize_size)
+    expected = extractor(squares)
+    with ThreadPoolExecutor(16) as pool:
+        rounds = list(pool.map(lambda i: extractor(squares[i:i + 1]), list(range(16)) * 3))
+    np.testing.assert_allclose(np.concatenate(rounds[:16]), expected, rtol=1e-3, atol=1e-4)

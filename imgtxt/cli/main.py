@@ -15,6 +15,7 @@ import click
 
 from imgtxt import __version__
 from imgtxt.errors import ImgtxtError
+from imgtxt.safe_text import printable
 
 from .progress import CaptionProgress
 from .progress import say as _say
@@ -52,11 +53,22 @@ class Commands(click.Group):
                 formatter.write_dl([(name, command.get_short_help_str(width)) for name, command in rows])
 
     def invoke(self, ctx):
+        from .output import GuardedStdout, OutputError, silence_stdout
+
+        stdout = sys.stdout
+        sys.stdout = GuardedStdout(stdout)  # stdout closed, full, or in an encoding without the characters
         try:
-            return super().invoke(ctx)
+            result = super().invoke(ctx)
+            sys.stdout.flush()
+            return result
         except ImgtxtError as e:
-            click.echo(f"imgtxt: {e}", err=True)
+            if isinstance(e, OutputError) and stdout is sys.__stdout__:
+                silence_stdout()  # what is still buffered cannot be written either: no second complaint
+            if not getattr(e, "quiet", False):  # names from the command line may hold ESC or newlines
+                click.echo(f"imgtxt: {printable(str(e))}", err=True)
             raise click.exceptions.Exit(getattr(e, "exit_code", 1)) from None
+        finally:
+            sys.stdout = stdout
 
 
 @click.group(cls=Commands, no_args_is_help=True, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 120})
@@ -75,7 +87,14 @@ def command(name: str | None = None, section: str = PHOTOS):
     return register
 
 
-PathType = click.Path(path_type=Path)
+class SafePath(click.Path):
+    """click.Path whose errors show control characters in the path as escapes."""
+
+    def fail(self, message, param=None, ctx=None):
+        super().fail(printable(message), param, ctx)
+
+
+PathType = SafePath(path_type=Path)
 index_opt = click.option("--index", "index_dir", type=PathType, default=None,
                          help="Index folder (default: $IMGTXT_INDEX_DIR, else $XDG_DATA_HOME/imgtxt).")
 model_opt = click.option("--model", type=PathType, default=None,
@@ -255,18 +274,40 @@ def status(index_dir, as_json, skipped):
 @query_model_opt
 @click.option("--port", type=click.IntRange(1, 65535), default=8000, show_default=True, help="Port to listen on.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind (default: this machine only).")
-def serve(index_dir, model, port, host):
+@click.option("--allow-host", multiple=True, metavar="NAME",
+              help="Also answer requests for this host name (repeatable), e.g. the machine's name when "
+                   "--host 0.0.0.0 exposes it on purpose. localhost, 127.0.0.1, [::1] and --host always are.")
+def serve(index_dir, model, port, host, allow_host):
     """Browse and search the index in a web browser.
 
     A search box, thumbnails with scores; click a photo for its captions and similar photos.
     """
-    from imgtxt.web.app import run
+    from imgtxt.web.app import check_installed, run
 
+    check_installed()  # before anything slow
     library = _library(index_dir, model)
-    library.status()  # no index: say so before anything slow
-    with CaptionProgress() as report:  # photo pages show captions: embed the bank before the first click
-        library.prepare_captions(report.announce, report.progress)
-    run(library, host, port)
+    library.status()  # no index: say so before listening
+
+    def prepare(done):
+        """The caption bank, embedded once per model while the server already answers."""
+        announced = []
+
+        def announce(count):
+            _say(f"imgtxt: embedding {count} captions once, in the background (photo pages show captions "
+                 f"when done)")
+            announced.append(count)
+        try:
+            library.prepare_captions(announce)
+            if announced:
+                _say("imgtxt: captions ready")
+        except ImgtxtError as e:
+            _say(f"imgtxt: no captions: {e}")
+        except Exception as e:  # noqa: BLE001 - a background thread: one line, never a traceback
+            _say(f"imgtxt: no captions: {type(e).__name__}: {e}")
+        finally:
+            done()
+
+    run(library, host, port, allow_host, prepare, say=_say)
 
 
 @command()
@@ -279,8 +320,6 @@ def forget(path, index_dir):
     leave it out, until PATH (or a path inside it) is given to `imgtxt index` again. `imgtxt status` lists what
     is forgotten.
     """
-    from .output import printable
-
     library = _library(index_dir, None)
     removed = library.forget(path)
     where = printable(str(path.absolute()))

@@ -9,6 +9,7 @@ import json
 import os
 import sys
 
+from imgtxt.errors import ImgtxtError
 from imgtxt.safe_text import printable
 
 
@@ -56,3 +57,66 @@ def print_status(status: dict, as_json: bool = False, out=None) -> None:
         return
     for key in ("photos", "skipped", "model", "index_dir", "db", "last_run"):
         out.write(f"{key + ':':<11}{printable(str(status[key]))}\n")
+
+
+class OutputError(ImgtxtError):
+    """stdout cannot take the results: closed, disk full, a broken pipe, an encoding without the characters."""
+
+
+class GuardedStdout:
+    """sys.stdout for the length of a command: a write or flush that fails raises OutputError (one line)
+    instead of a traceback. Everything else is the real stream's."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def _failed(self, e: Exception):
+        if isinstance(e, UnicodeEncodeError):
+            bad = e.object[e.start:e.end] if isinstance(e.object, str) else ""
+            encoding = getattr(self._stream, "encoding", None) or e.encoding
+            return OutputError(f"cannot write {ascii(bad)} in the output's encoding {encoding}: set "
+                               f"PYTHONIOENCODING=utf-8 (or a UTF-8 locale), or use -0")
+        if isinstance(e, BrokenPipeError):   # `| head`: the reader has what it wanted; exit as cat would
+            error = OutputError("stdout was closed by the reader (broken pipe)")
+            error.quiet, error.exit_code = True, 141
+            return error
+        return OutputError(f"cannot write to stdout ({getattr(e, 'strerror', None) or e})")
+
+    def write(self, data):
+        if self._stream is None:
+            raise OutputError("stdout is closed: nowhere to write the results")
+        try:
+            return self._stream.write(data)
+        except (OSError, ValueError, UnicodeEncodeError) as e:   # ValueError: a closed file
+            raise self._failed(e) from None
+
+    def flush(self):
+        if self._stream is not None:
+            try:
+                self._stream.flush()
+            except (OSError, ValueError) as e:
+                raise self._failed(e) from None
+
+    def isatty(self) -> bool:
+        try:
+            return self._stream is not None and self._stream.isatty()
+        except ValueError:
+            return False
+
+    @property
+    def buffer(self):
+        buffer = getattr(self._stream, "buffer", None)
+        return None if buffer is None else GuardedStdout(buffer)
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+def silence_stdout() -> None:
+    """After stdout failed: point fd 1 at /dev/null so the interpreter's last flush cannot print a traceback."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.close(devnull)
+    except OSError:
+        pass

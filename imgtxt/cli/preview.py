@@ -46,13 +46,14 @@ def print_with_thumbnails(matches, library, size: int = 256, rows: int = 8) -> N
     from rich.console import Console
 
     from imgtxt.errors import ImgtxtError
+    from imgtxt.safe_text import printable
 
     console = Console()
-    for m in matches:
-        also = f"  (same photo: {', '.join(m.copies)})" if m.copies else ""
+    for m in matches:  # names escaped as in the plain table: an ESC in a file name must not drive the terminal
+        also = f"  (same photo: {', '.join(printable(c) for c in m.copies)})" if m.copies else ""
         level = f"{m.level:<8}  " if m.level else ""
-        console.print(f"{m.rank:>4}  {m.score:>7.3f}  {level}{m.path}{also}", markup=False, highlight=False)
+        console.print(f"{m.rank:>4}  {m.score:>7.3f}  {level}{printable(m.path)}{also}", markup=False, highlight=False)
         try:
             console.print(image(library.thumbnail(m.id, size), height=rows))
         except ImgtxtError as e:  # unreadable now: the text line is still useful
-            console.print(f"      (no preview: {e})", markup=False, highlight=False)
+            console.print(f"      (no preview: {printable(str(e))})", markup=False, highlight=False)

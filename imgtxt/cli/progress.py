@@ -7,10 +7,12 @@ import time
 
 
 def say(message: str) -> None:
-    """stderr, above a progress bar if one is showing."""
+    """stderr, above a progress bar if one is showing; control characters in names escaped (one line)."""
     from tqdm import tqdm
 
-    tqdm.write(message, file=sys.stderr)
+    from imgtxt.safe_text import printable
+
+    tqdm.write(printable(message), file=sys.stderr)
 
 
 def _duration(seconds: float) -> str:

@@ -24,7 +24,7 @@ from imgtxt.model.modelfile import ModelError, TrainedModel
 
 from .photo_paths import path_key
 from .query import QueryError
-from .results import CaptionMatch, Folder, PhotoMatch, PhotoRecord, Status
+from .results import CaptionMatch, Folder, PhotoMatch, PhotoRecord, Status, row_id_of
 from .store import StoreError
 
 
@@ -290,28 +290,32 @@ class Library:
     @_database_errors
     def photo(self, photo_id: int) -> PhotoRecord:
         """An indexed photo by row id (the web app serves photos by id only)."""
-        index = self._open()
-        try:
-            row = index.conn.execute("SELECT id, path, path_bytes, hash, width, height FROM photos WHERE id = ?",
-                                     [int(photo_id)]).fetchone()
-        finally:
-            _close(index)
+        row_id = row_id_of(photo_id)
+        row = None
+        if row_id is not None:
+            index = self._open()
+            try:
+                row = index.conn.execute("SELECT id, path, path_bytes, hash, width, height FROM photos WHERE id = ?",
+                                         [row_id]).fetchone()
+            finally:
+                _close(index)
         if row is None:
-            raise QueryError(f"no indexed photo with id {photo_id}")
+            raise QueryError(f"no indexed photo with id {str(photo_id)[:40]}")
         from .photo_paths import real_path
 
         return PhotoRecord(row[0], real_path(row[1], row[2]), row[3], row[4], row[5])
 
     @_database_errors
     def thumbnail(self, photo_id: int, size: int = 256) -> Path:
-        """A JPEG thumbnail of an indexed photo, made once and kept in the cache folder."""
+        """A JPEG thumbnail of an indexed photo as the file is now, made once and kept in the cache folder
+        (private to this user). Raises ThumbnailCacheError, holding the picture, when it cannot be kept."""
         from .thumbnails import thumbnail
 
-        record = self.photo(photo_id)
-        return thumbnail(record.path, record.hash, size)
+        return thumbnail(self.photo(photo_id).path, size)
 
 
 # ---------------------------------------------------------------------------------------- helpers
+
 
 def _close(index, library: "Library | None" = None) -> None:
     if index is not None:

@@ -11,12 +11,14 @@ import math
 import os
 import re
 import sqlite3
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from imgtxt.errors import ImgtxtError
+from imgtxt.safe_text import printable
 
 from . import vector_index
 from .photo_paths import path_key, real_path
@@ -161,6 +163,17 @@ def rate(model, matches: list, min_confidence: float | None = None) -> list:
 # ------------------------------------------------------------------------------------- text -> photos
 
 def check_query(model, text: str) -> None:
+    if not isinstance(text, str):
+        raise QueryError(f"a query is text, not {type(text).__name__}")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:   # undecodable bytes on a command line arrive as lone surrogates
+        try:
+            raw = text.encode("utf-8", "surrogateescape")   # the bytes as typed, shown as \xff escapes
+        except UnicodeEncodeError:
+            raw = text.encode("utf-8", "backslashreplace")
+        raise QueryError(f"the query is not valid text (invalid UTF-8 bytes or a lone surrogate): "
+                         f"{printable(raw.decode('utf-8', 'backslashreplace'))}") from None
     if len(text) > MAX_QUERY_CHARS:
         raise QueryError(f"query too long ({len(text)} characters; at most {MAX_QUERY_CHARS}): describe the photo "
                          f"in a sentence")
@@ -210,10 +223,14 @@ def search(index: Index, model, text: str, n: int = 10, min_score: float | None 
 
 def check_photo(path: str) -> str:
     path = os.path.abspath(path)
-    if not os.path.exists(path):
-        raise QueryError(f"{path}: no such file")
-    if os.path.isdir(path):
-        raise QueryError(f"{path}: is a folder, not a photo")
+    try:
+        is_folder = stat.S_ISDIR(os.stat(path).st_mode)
+    except (FileNotFoundError, NotADirectoryError):
+        raise QueryError(f"{printable(path)}: no such file") from None
+    except OSError as e:  # a folder on the way without x permission is not "no such file"
+        raise QueryError(f"{printable(path)}: {(e.strerror or str(e)).lower()}") from None
+    if is_folder:
+        raise QueryError(f"{printable(path)}: is a folder, not a photo")
     return path
 
 
@@ -257,9 +274,9 @@ def read_captions(file: Path) -> list[str]:
     try:
         captions = [line.strip() for line in Path(file).read_text(encoding="utf-8").splitlines() if line.strip()]
     except (OSError, UnicodeDecodeError) as e:
-        raise QueryError(f"{file}: cannot read captions ({e})") from None
+        raise QueryError(f"{printable(str(file))}: cannot read captions ({e})") from None
     if not captions:
-        raise QueryError(f"{file}: no captions in it (one caption per line)")
+        raise QueryError(f"{printable(str(file))}: no captions in it (one caption per line)")
     return captions
 
 

@@ -64,3 +64,16 @@ class PhotoRecord:
     hash: str
     width: int | None
     height: int | None
+
+
+def row_id_of(photo_id) -> int | None:
+    """A row id SQLite can hold (1 .. 2**63-1) from an int or its digits, else None (never a 5,000-digit
+    int(): Python refuses those, and SQLite overflows past 2**63)."""
+    if isinstance(photo_id, str):
+        photo_id = photo_id.strip()
+        if not photo_id.isascii() or not photo_id.isdigit() or len(photo_id) > 19:
+            return None
+        photo_id = int(photo_id)
+    if isinstance(photo_id, bool) or not isinstance(photo_id, int) or not 0 < photo_id < 1 << 63:
+        return None
+    return photo_id

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -118,7 +119,15 @@ class OnnxFeatureExtractor:
             except OSError:
                 pass
         request = core.compile_model(model, "CPU", config).create_infer_request()
-        self._run = lambda squares: request.infer({0: squares})[0].copy()
+        # One request runs one inference at a time ("Infer Request is busy" otherwise): server threads take
+        # turns. Each inference is given every core already (INFERENCE_NUM_THREADS), and one request per
+        # thread would hold its own copy of the activations.
+        busy = threading.Lock()
+
+        def run(squares):
+            with busy:
+                return request.infer({0: squares})[0].copy()
+        self._run = run
         return props
 
     def matches(self, features: dict) -> bool:

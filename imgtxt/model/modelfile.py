@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import threading
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -90,6 +91,7 @@ def save_model(folder: Path | str, weights: dict[str, np.ndarray], vocab, config
 # CNNs already loaded in this process, by model id: loading the same model folder twice (tests, a server)
 # should not pay for the CNN twice.
 _LOADED_CNNS: dict[str, object] = {}
+_CNN_LOAD = threading.Lock()  # server threads asking for the CNN at once load it once
 
 
 @dataclass
@@ -214,21 +216,23 @@ class TrainedModel:
     def image_embedder(self, threads: int | None = None):
         """The model's CNN with its feature settings (seconds to load; once per model object): the exported
         ONNX graph on OpenVINO / ONNX Runtime when possible (no torch imported), else the torch CNN."""
-        if self._cnn is None:
+        if self._cnn is not None:
+            return self._cnn
+        with _CNN_LOAD:
             self._cnn = _LOADED_CNNS.get(self.model_id)
-        if self._cnn is None:
-            from .cnn_runtime import onnx_embedder
+            if self._cnn is None:
+                from .cnn_runtime import onnx_embedder
 
-            if self.on_cnn_load is not None:
-                self.on_cnn_load()
-            embedder = onnx_embedder(self, threads)
-            if embedder is None:
-                from .cnn_torch import ImageEmbedder, check_torch
+                if self.on_cnn_load is not None:
+                    self.on_cnn_load()
+                embedder = onnx_embedder(self, threads)
+                if embedder is None:
+                    from .cnn_torch import ImageEmbedder, check_torch
 
-                check_torch(self.folder)
+                    check_torch(self.folder)
 
-                embedder = ImageEmbedder(self)
-            self._cnn = _LOADED_CNNS[self.model_id] = embedder
+                    embedder = ImageEmbedder(self)
+                self._cnn = _LOADED_CNNS[self.model_id] = embedder
         return self._cnn
 
     def embed_images(self, squares: np.ndarray) -> np.ndarray:
