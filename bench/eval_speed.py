@@ -1,6 +1,6 @@
 """Seconds for a full Flickr8k val evaluation from cached features (numpy text encoder + ranking).
 
-    .venv/bin/python bench/eval_speed.py [--data-dir ../shared/data/flickr8k] [--model imgtxt/weights/default]
+    .venv/bin/python bench/eval_speed.py [--data-dir ../shared/data/flickr8k] [--model weights/default]
 
 Run `imgtxt eval flickr8k --data-dir DIR` once first so the CNN features are cached; this times the rest.
 """

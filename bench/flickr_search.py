@@ -1,6 +1,6 @@
 """Index + search end to end on a dataset split: does searching with an image's own caption find it?
 
-    .venv/bin/python bench/flickr_search.py --data-dir ../shared/data/flickr8k [--split val] [--model imgtxt/weights/default]
+    .venv/bin/python bench/flickr_search.py --data-dir ../shared/data/flickr8k [--split val] [--model weights/default]
 
 Links the split's images into a temporary folder, runs the real `imgtxt index` code on it, then searches with
 every caption through the same path as `imgtxt search` (text encoder, vector search, SQLite) and prints the fraction
@@ -21,7 +21,7 @@ def main() -> None:
     parser.add_argument("--data-dir", required=True)
     parser.add_argument("--dataset", default="flickr8k")
     parser.add_argument("--split", default="val")
-    parser.add_argument("--model", default=None, help="model folder (default: imgtxt/weights/default)")
+    parser.add_argument("--model", default=None, help="model folder (default: weights/default)")
     parser.add_argument("--limit", type=int, default=None, help="only the first N images (a quick check)")
     args = parser.parse_args()
 

@@ -1,7 +1,7 @@
 """Does bf16 autocast change what the model retrieves? The shipped model on Flickr8k val, fed FNE features
 extracted in fp32 and in bf16 autocast + channels_last.
 
-    .venv/bin/python bench/precision_effect.py [--data-dir ../shared/data/flickr8k] [--model imgtxt/weights/default]
+    .venv/bin/python bench/precision_effect.py [--data-dir ../shared/data/flickr8k] [--model weights/default]
 
 Both feature sets are standardized with the model's own (training-image) statistics and discretized; prints the
 fraction of identical FNE entries, the fraction that flipped sign (-1 <-> 1), and val recall/rsum for each.

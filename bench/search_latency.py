@@ -1,6 +1,6 @@
 """Cold-process `imgtxt search` latency at 1k and 100k indexed vectors, and the vector index build time.
 
-    .venv/bin/python bench/search_latency.py [--runs 20] [--sizes 1000,100000] [--model imgtxt/weights/default]
+    .venv/bin/python bench/search_latency.py [--runs 20] [--sizes 1000,100000] [--model weights/default]
     .venv/bin/python bench/search_latency.py --sizes 1000 --before dae7875 --before-model OLD_MODEL_DIR
 
 With --before, the same searches also run with the code of git revision REV (extracted with `git archive`

@@ -1,7 +1,7 @@
 """Vector search at 100k and 1M photos: recall@10 against exact search, and query latency in-process.
 
     .venv/bin/python bench/vector_search.py [--sizes 100000,1000000]
-        [--queries 300] [--work DIR] [--model imgtxt/weights/default]
+        [--queries 300] [--work DIR] [--model weights/default]
 
 The library: the shipped model's 7,000 real Flickr8k train+val photo vectors plus synthetic ones drawn from a
 Gaussian mixture fitted to them (bench/real_vectors.py) up to the size. The queries: real val caption vectors

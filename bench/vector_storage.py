@@ -1,6 +1,6 @@
 """Does storing photo vectors as float16 (or int8) instead of float32 change what a search finds?
 
-    .venv/bin/python bench/vector_storage.py [--model imgtxt/weights/default] [--work DIR]
+    .venv/bin/python bench/vector_storage.py [--model weights/default] [--work DIR]
 
 The shipped model's Flickr8k val photo vectors (from the cached fp32 FNE features) are rounded to each storage
 format and decoded back; prints val R@1/5/10 both ways and rsum for each, and how often a caption's top-10 photos

@@ -127,3 +127,13 @@ def test_no_module_over_400_lines():
     long = {str(p.relative_to(PACKAGE.parent)): n for p in PACKAGE.rglob("*.py")
             if (n := len(p.read_text(encoding="utf-8").splitlines())) > 400}
     assert long == {}
+
+
+def test_every_package_is_listed_for_the_wheel():
+    """pyproject.toml lists the packages by hand (weights/ is mapped into imgtxt.weights): a new package missing
+    there would be left out of the wheel."""
+    import tomllib
+
+    listed = set(tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {".".join(p.parent.relative_to(PACKAGE.parent).parts) for p in PACKAGE.rglob("__init__.py")}
+    assert found <= listed and "imgtxt.weights" in listed

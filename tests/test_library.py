@@ -137,7 +137,7 @@ def test_model_folder_resolution(tmp_path, monkeypatch, tiny_model_dir):
     monkeypatch.delenv("IMGTXT_MODEL", raising=False)
     assert paths.model_dir() == paths.default_model_dir()
     assert (paths.default_model_dir() / "model.json").is_file()            # inside the package
-    assert paths.default_model_dir() == REPO / "imgtxt" / "weights" / "default"  # this checkout's package
+    assert paths.default_model_dir() == REPO / "weights" / "default"  # this checkout's package
     monkeypatch.setenv("IMGTXT_MODEL", str(tiny_model_dir))
     assert paths.model_dir() == tiny_model_dir
     assert paths.model_dir(tmp_path) == tmp_path                           # --model wins over the env var

@@ -21,7 +21,7 @@ import pytest
 from conftest import REPO, copy_examples
 
 # every file of the packaged model folder (the MiniLM model: tokenizer.json; a GRU model would have vocab.json)
-MODEL_FILES = {p.name for p in (REPO / "imgtxt" / "weights" / "default").iterdir() if p.is_file()}
+MODEL_FILES = {p.name for p in (REPO / "weights" / "default").iterdir() if p.is_file()}
 assert {"model.json", "model.safetensors", "captions.txt"} <= MODEL_FILES
 
 
@@ -95,18 +95,18 @@ def test_installed_wheel_indexes_and_searches_from_another_folder(built, tmp_pat
                 env=env).stdout.splitlines()]
     assert len(hits) == 3 and {h["path"] for h in hits} <= {str(p) for p in photos}
     status = json.loads(run([python, "-m", "imgtxt", "status", "--json"], cwd=elsewhere, env=env).stdout)
-    shipped = json.loads((REPO / "imgtxt" / "weights" / "default" / "model.json").read_text())
+    shipped = json.loads((REPO / "weights" / "default" / "model.json").read_text())
     assert status["photos"] == len(photos) and status["model"].startswith(shipped.get("name", "default") + "-")
 
 
 def shipped_model_is_finished() -> str | None:
     """Why the packaged default model cannot work without torch yet, or None."""
-    folder = REPO / "imgtxt" / "weights" / "default"
+    folder = REPO / "weights" / "default"
     config = json.loads((folder / "model.json").read_text())
     if not (folder / "cnn.onnx").is_file():
-        return "the default model carries no cnn.onnx: run `imgtxt package-model imgtxt/weights/default`"
+        return "the default model carries no cnn.onnx: run `imgtxt package-model weights/default`"
     if "caption_vectors" not in config:
-        return "the default model carries no caption vectors: run `imgtxt package-model imgtxt/weights/default`"
+        return "the default model carries no caption vectors: run `imgtxt package-model weights/default`"
     return None
 
 
