@@ -31,6 +31,18 @@ from .tensor_file import LazyTensors
 
 FORMAT, FORMAT_VERSION = "imgtxt-model", 1
 IMAGE_PROJECTION = "image_projection"
+
+
+def image_tensor_names(joint: dict) -> list[str]:
+    """The image side's tensors: the map, and the thesis's hidden layer / an affine map's bias when configured."""
+    names = [IMAGE_PROJECTION]
+    if joint.get("image_hidden"):
+        names += ["image_hidden.weight", "image_hidden.bias"]
+    if joint.get("image_bias"):
+        names.append("image_bias")
+    return names
+
+
 # backbones.BACKBONES, repeated so that loading a model never imports torch (a test keeps them equal)
 BACKBONE_NAMES = ("efficientnet_lite0", "efficientnet_lite1", "efficientnet_lite2", "vgg16", "resnet50", "resnet152")
 _INT, _STR, _BOOL = (int,), (str,), (bool,)
@@ -60,6 +72,10 @@ def check_config(config, where: Path) -> None:
             if not isinstance(value, types) or (types is _INT and isinstance(value, bool)):
                 raise ModelError(f"{where}: model.json {section}.{key} has the wrong type ({value!r})")
     joint, features = config["joint"], config["features"]
+    hidden, bias = joint.get("image_hidden", 0), joint.get("image_bias", False)
+    if not isinstance(hidden, int) or isinstance(hidden, bool) or hidden < 0 or not isinstance(bias, bool):
+        raise ModelError(f"{where}: model.json joint.image_hidden must be a size >= 0 and joint.image_bias true or "
+                         f"false ({hidden!r}, {bias!r})")
     if joint["similarity"] not in ("cosine", "order"):
         raise ModelError(f"{where}: model.json joint.similarity must be cosine or order, not {joint['similarity']!r}")
     if min(joint["embed_dim"], joint["image_dim"], features["raw_dim"], features["crops"]) < 1:
@@ -88,7 +104,12 @@ def check_shapes(tensors, config: dict, path: Path) -> None:
     after half a minute of CNN work or at the first query (int8 matrices' row scales too)."""
     joint, raw_dim = config["joint"], config["features"]["raw_dim"]
     h = joint["embed_dim"]
-    expected = {"image_projection": (h, joint["image_dim"]), "fne.mean": (raw_dim,), "fne.std": (raw_dim,)}
+    hidden = joint.get("image_hidden") or 0
+    expected = {"image_projection": (h, hidden or joint["image_dim"]), "fne.mean": (raw_dim,), "fne.std": (raw_dim,)}
+    if hidden:
+        expected.update({"image_hidden.weight": (hidden, joint["image_dim"]), "image_hidden.bias": (hidden,)})
+    if joint.get("image_bias"):
+        expected["image_bias"] = (h,)
     text_config = text_encoders.text_config_of(config)
     if text_config["kind"] == "gru" and joint.get("word_dim"):
         w = joint["word_dim"]
@@ -131,7 +152,7 @@ def save_model(folder: Path | str, weights: dict[str, np.ndarray], vocab, config
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    names = text_encoders.tensor_names(text_encoders.text_config_of(config)) + [IMAGE_PROJECTION]
+    names = text_encoders.tensor_names(text_encoders.text_config_of(config)) + image_tensor_names(config["joint"])
     tensors = {}
     for name in names:
         if name in int8:
@@ -203,7 +224,7 @@ class TrainedModel:
             names = text_encoders.tensor_names(text_config)
         except (ValueError, KeyError, TypeError) as e:
             raise ModelError(f"{folder}: model.json has an unusable text encoder section ({e})") from None
-        missing = [n for n in names + [IMAGE_PROJECTION] if n not in tensors]
+        missing = [n for n in names + image_tensor_names(config["joint"]) if n not in tensors]
         if missing:
             raise ModelError(f"{path}: missing tensors {missing}")
         check_shapes(tensors, config, path)
@@ -317,7 +338,15 @@ class TrainedModel:
         return l2_normalize(np.asarray(raw)[:, start:stop])
 
     def encode_image_features(self, feats: np.ndarray) -> np.ndarray:
-        out = l2_normalize(np.asarray(feats, dtype=np.float32) @ self.image_projection.T)
+        x = np.asarray(feats, dtype=np.float32)
+        joint = self.config["joint"]
+        if joint.get("image_hidden"):   # the thesis's image MLP: ReLU hidden layer, then the map
+            x = np.maximum(x @ np.asarray(self.tensors["image_hidden.weight"], np.float32).T
+                           + np.asarray(self.tensors["image_hidden.bias"], np.float32), 0)
+        x = x @ self.image_projection.T
+        if joint.get("image_bias"):
+            x = x + np.asarray(self.tensors["image_bias"], np.float32)
+        out = l2_normalize(x)
         return np.abs(out) if self.use_abs else out
 
     def encode_raw_images(self, raw: np.ndarray) -> np.ndarray:
@@ -347,7 +376,7 @@ def resave_model(src: Path | str, dst: Path | str, int8: tuple[str, ...] = (), u
     model = TrainedModel.load(src)
     config = {k: v for k, v in model.config.items() if k not in ("format", "version", "weights_sha256")}
     config.update(update or {})
-    names = text_encoders.tensor_names(text_encoders.text_config_of(config)) + [IMAGE_PROJECTION]
+    names = text_encoders.tensor_names(text_encoders.text_config_of(config)) + image_tensor_names(config["joint"])
     weights = {n: np.asarray(model.tensors[n], dtype=np.float32) for n in names}
     files = {n: (src / n).read_bytes() for n in ("vocab.json", "tokenizer.json") if (src / n).is_file()}
     save_model(dst, weights, None, config, model.stats, model.caption_bank(), files=files, int8=int8)
