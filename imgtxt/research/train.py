@@ -264,13 +264,8 @@ def train(run_dir: Path | str, data: TrainData, cfg: TrainConfig, init_from: Pat
             scores = model.similarity(model.image(feats), train_text.encode(batch[:, 1]))
             # With five captions per epoch two captions of one image can share a batch: not negatives.
             also_positive = same_image_mask(batch[:, 0]) if cfg.captions_per_image == "all" else None
-            if phase.loss == "single":
-                loss = single_negative_loss(scores, cfg.margin, cfg.negatives, also_positive)
-            else:
-                loss = hinge_loss(scores, cfg.margin, phase.loss, also_positive)
-            penalty = getattr(model.text.encoder, "penalty", None)   # a kind's regulariser (RCN eq. 15)
-            if penalty is not None:
-                loss = loss + penalty
+            # a kind's regulariser (RCN eq. 15), left by its forward pass
+            loss = training_loss(scores, phase.loss, cfg, also_positive, getattr(model.text.encoder, "penalty", None))
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             if cfg.grad_clip > 0:
@@ -329,6 +324,17 @@ def _average_snapshots(model: JointModel, data: TrainData, cfg: TrainConfig, run
         _save_best(model, data, cfg, run_dir / "best", record)
         return record
     return best
+
+
+def training_loss(scores: torch.Tensor, loss_kind: str, cfg: TrainConfig, also_positive=None, penalty=None
+                  ) -> torch.Tensor:
+    """A batch's loss: the phase's ranking loss ("single": the thesis's one negative, "sum"/"max" of hinges) plus
+    the text encoder's regulariser when it has one."""
+    if loss_kind == "single":
+        loss = single_negative_loss(scores, cfg.margin, cfg.negatives, also_positive)
+    else:
+        loss = hinge_loss(scores, cfg.margin, loss_kind, also_positive)
+    return loss if penalty is None else loss + penalty
 
 
 def phase_lr(cfg: TrainConfig, base: float, epoch: int) -> float:
