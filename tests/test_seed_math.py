@@ -10,7 +10,6 @@ from imgtxt.model.text_encoders import rcn, sse
 from imgtxt.research import amecon
 from imgtxt.research.presets import Phase, TrainConfig, preset
 from imgtxt.research.text_modules import rcn as rcn_torch
-from imgtxt.research.thesis_metrics import thesis_metrics
 from imgtxt.research.train import phase_lr, training_loss
 
 # ------------------------------------------------------------------------------------------------ RCN
@@ -213,35 +212,6 @@ def test_curriculum_phase_2_starts_from_phase_1_best_and_uses_the_max_loss(tmp_p
     assert len(loads) == 1 and loads[0] == (1, pytest.approx(best_phase1), True)
     per_epoch = len(kinds) // 4                                   # 64 images, batch 64 -> 1 batch per epoch
     assert kinds == ["sum"] * (2 * per_epoch) + ["max"] * (2 * per_epoch)
-
-
-# ------------------------------------------------------------------------------------------------ thesis metrics
-
-
-def test_rnd_recall_draws_a_random_caption_not_the_second():
-    # Only each image's 2nd caption is matched (score 1 with its image, 0 elsewhere); the others are noise. A "2nd
-    # caption" pool would give R@1 100; a random caption per image is the 2nd for ~1/5 of the images.
-    n, k = 200, 5
-    s = np.random.default_rng(1).random((n, n * k)) * 0.5
-    for i in range(n):
-        s[:, k * i + 1] = 0.0
-        s[i, k * i + 1] = 1.0
-    m = thesis_metrics(s, k, seed=0)
-    assert 10 < m["i2t"]["rnd"][1] < 40 and 10 < m["t2i"]["rnd"][1] < 40
-    assert m["i2t"]["avg"][1] == pytest.approx(100 * (1 + 4 * m["i2t"]["1st"][1] / 100) / 5, abs=5)
-
-
-def test_median_rank_pools_every_caption():
-    # 4 images. First captions: 1 on their image, 0 elsewhere (rank 1). Captions 2-5: -1 on their image, 0
-    # elsewhere (rank 4 of 4, ties among the wrong ones do not matter: all score higher). Annotation Med r over the
-    # five pools: ranks 1 x 4 and 4 x 16 -> median 4 (one pool alone: 1). Search: the same 20 ranks -> 4.
-    n, k = 4, 5
-    s = np.zeros((n, n * k))
-    for i in range(n):
-        s[i, k * i] = 1.0
-        s[i, k * i + 1:k * i + k] = -1.0
-    m = thesis_metrics(s, k)
-    assert m["i2t"]["medr"] == 4 and m["t2i"]["medr"] == 4
 
 
 # ------------------------------------------------------------------------------------------------ AMECON
