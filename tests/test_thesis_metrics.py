@@ -67,3 +67,22 @@ def test_median_rank_pools_every_caption():
         s[i, k * i + 1:k * i + k] = -1.0
     m = thesis_metrics(s, k)
     assert m["i2t"]["medr"] == 4 and m["t2i"]["medr"] == 4
+
+
+def test_recall_is_reported_at_the_theses_k():
+    m = thesis_metrics(perfect(12))
+    for direction, variants in (("i2t", ("1st", "rnd", "avg", "any")), ("t2i", ("1st", "rnd", "avg"))):
+        for v in variants:
+            assert list(m[direction][v]) == [1, 2, 5, 10]
+
+
+def test_rnd_recall_can_draw_the_first_caption():
+    # Only each image's 1st caption is matched: the random caption is the 1st for ~1/5 of the images (a draw that
+    # skipped the first caption would leave rnd at chance, ~0.5 %).
+    n, k = 200, 5
+    s = np.random.default_rng(2).random((n, n * k)) * 0.5
+    for i in range(n):
+        s[:, k * i] = 0.0
+        s[i, k * i] = 1.0
+    m = thesis_metrics(s, k, seed=0)
+    assert 10 < m["i2t"]["rnd"][1] < 40 and 10 < m["t2i"]["rnd"][1] < 40
