@@ -290,3 +290,42 @@ def test_changing_a_returned_preset_leaves_the_preset_alone():
     cfg = preset("THESIS")
     cfg.phases[0].lr = 1e-2
     assert preset("THESIS").phases[0].lr == 1e-3
+
+
+def test_region_features_are_computed_once_and_cached(tmp_path, monkeypatch):
+    from PIL import Image
+
+    from imgtxt.model.cnn_torch import FeatureSettings
+    from imgtxt.research.amecon_train import region_features
+    from imgtxt.research.datasets import Split
+
+    monkeypatch.setenv("IMGTXT_CACHE_DIR", str(tmp_path / "cache"))
+    paths = []
+    for i, colour in enumerate([(200, 10, 10), (10, 200, 10), (10, 10, 200)]):
+        image = np.zeros((30, 30, 3), np.uint8)
+        image[:] = colour
+        image[20:, 20:] = 255                          # a white corner, seen at full size by the bottom-right region
+        paths.append(tmp_path / f"{i}.png")
+        Image.fromarray(image).save(paths[-1])
+
+    class Backbone:
+        id = "fake@0"
+
+    class ChannelMeans:           # a fake CNN: the mean of each channel; counts the images it sees
+        dim, resize_size, layer_names, layer_dims, baseline_slice, backbone = 3, 30, ["x"], [3], (0, 3), Backbone()
+        seen = 0
+
+        def __call__(self, images):
+            ChannelMeans.seen += len(images)
+            return images.reshape(len(images), -1, 3).mean(axis=1).astype(np.float32)
+
+    split = Split("flickr8k", "val", paths, ["a caption"] * 15)
+    settings = FeatureSettings("efficientnet_lite0", "all", 1, "fp32")
+    first, _ = region_features(split, settings, extractor=ChannelMeans())
+    assert ChannelMeans.seen == 15                      # 3 images x 5 regions
+    # the bottom-right region at 2/3 scale (rows and columns 10..29) is 1/4 white: its red mean for image 0 is
+    # (3 * 200 + 255) / 4 = 213.75, more than the full image's (8 * 200 + 255) / 9 = 206.1: max-pooled -> 213.75
+    assert first[0, 0] == pytest.approx(213.75, abs=1.0)
+    again, _ = region_features(split, settings, extractor=ChannelMeans())
+    assert ChannelMeans.seen == 15                      # read from the cache
+    np.testing.assert_array_equal(np.asarray(first), np.asarray(again))
