@@ -86,9 +86,9 @@ def test_thesis_model_trains_saves_loads(tmp_path, kind, optimizer, lr):
 
     from imgtxt.model.fne import FeatureStats
     from imgtxt.model.modelfile import TrainedModel
-    from imgtxt.research.metrics import evaluate_scores
     from imgtxt.research.checkpoints import load_weights
     from imgtxt.research.joint_model import JointConfig, JointModel
+    from imgtxt.research.metrics import evaluate_scores
     from imgtxt.research.train import TrainData, preset, train, with_learning_rates
 
     feats, caps = synthetic(0)

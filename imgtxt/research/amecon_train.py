@@ -8,17 +8,15 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from dataclasses import dataclass
-
 from . import amecon
-from .feature_cache import FeatureSpec, cached_features, compute_features
 from .datasets import CAPTIONS_PER_IMAGE, load_split
+from .feature_cache import FeatureSpec, cached_features, compute_features
 from .metrics import evaluate_scores
-
 
 REGIONS = 5
 
