@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from imgtxt.research.thesis_metrics import r_precision, thesis_metrics
+from imgtxt.research.thesis_metrics import format_thesis, r_precision, thesis_metrics
 
 
 def perfect(n, k=5):
@@ -86,3 +86,21 @@ def test_rnd_recall_can_draw_the_first_caption():
         s[i, k * i] = 1.0
     m = thesis_metrics(s, k, seed=0)
     assert 10 < m["i2t"]["rnd"][1] < 40 and 10 < m["t2i"]["rnd"][1] < 40
+
+
+def test_format_thesis_prints_every_variant_by_hand():
+    # the example of test_first_caption_variant_only_sees_first_captions: 1st 2/3, avg 14/15, any 2/3 at R@1;
+    # rPrecision(5) (4/5 + 1 + 1) / 3; the seeded random captions avoid image 0's first caption
+    s = perfect(3)
+    s[1, 0] = 5.0
+    assert format_thesis(thesis_metrics(s)) == "\n".join([
+        "thesis metrics (R@K for K = 1 2 5 10)",
+        "image annotation: Med r 1  rPrecision(5) 93.33",
+        "  R@K 1st_txt  66.67  100.00  100.00  100.00",
+        "  R@K rnd_txt 100.00  100.00  100.00  100.00",
+        "  R@K avg_txt  93.33  100.00  100.00  100.00",
+        "  R@K any_txt  66.67  100.00  100.00  100.00",
+        "image search: Med r 1",
+        "  R@K 1st_txt  66.67  100.00  100.00  100.00",
+        "  R@K rnd_txt 100.00  100.00  100.00  100.00",
+        "  R@K avg_txt  93.33  100.00  100.00  100.00"])
