@@ -86,3 +86,16 @@ def test_mean_of_folds():
     a = {"i2t": {"r1": 10.0}, "t2i": {"r1": 20.0}, "rsum": 30.0}
     b = {"i2t": {"r1": 30.0}, "t2i": {"r1": 40.0}, "rsum": 70.0}
     assert mean_of_folds([a, b]) == {"i2t": {"r1": 20.0}, "t2i": {"r1": 30.0}, "rsum": 50.0}
+
+
+def test_ties_default_to_expected_and_an_unknown_mode_is_named():
+    from imgtxt.research.metrics import TIES, RankCounts
+
+    # one query: 1 wrong answer above, 2 tied with the right one (alone): expected rank 1 + 1 + 2/2 = 3
+    counts = RankCounts(np.array([1]), np.array([2]), np.array([1]))
+    assert counts.ranks().tolist() == [3.0] and counts.ranks("pessimistic").tolist() == [4.0]
+    # R@2: one slot left for the tied group of 3 (2 wrong, 1 right) -> 1/3
+    assert counts.recall_at(2) == pytest.approx(100 / 3)
+    assert TIES == ("expected", "pessimistic")
+    with pytest.raises(ValueError, match=r"ties must be one of \('expected', 'pessimistic'\), not 'best'"):
+        counts.ranks("best")
