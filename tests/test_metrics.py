@@ -99,3 +99,16 @@ def test_ties_default_to_expected_and_an_unknown_mode_is_named():
     assert TIES == ("expected", "pessimistic")
     with pytest.raises(ValueError, match=r"ties must be one of \('expected', 'pessimistic'\), not 'best'"):
         counts.ranks("best")
+
+
+def test_five_captions_per_image_by_default_and_pessimistic_recall_by_hand():
+    # 2 images x 5 captions, every caption scores 1 with its own image and 0 with the other: perfect with the
+    # default of five captions per image (six would misplace the captions of image 1)
+    scores = np.repeat(np.eye(2), 5, axis=1)
+    assert evaluate_scores(scores)["rsum"] == 600
+    assert i2t_ranks(scores).tolist() == [1, 1] and t2i_ranks(scores).tolist() == [1] * 10
+    from imgtxt.research.metrics import RankCounts
+
+    # pessimistic: 1 above + 2 tied wrong -> rank 4: a hit at R@4 (100 %, not 101) and a miss at R@3
+    counts = RankCounts(np.array([1, 0]), np.array([2, 0]), np.array([1, 1]))
+    assert counts.recall_at(4, "pessimistic") == 100.0 and counts.recall_at(3, "pessimistic") == 50.0
