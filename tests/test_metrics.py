@@ -107,6 +107,9 @@ def test_five_captions_per_image_by_default_and_pessimistic_recall_by_hand():
     scores = np.repeat(np.eye(2), 5, axis=1)
     assert evaluate_scores(scores)["rsum"] == 600
     assert i2t_ranks(scores).tolist() == [1, 1] and t2i_ranks(scores).tolist() == [1] * 10
+    from imgtxt.research.metrics import i2t_counts, t2i_counts
+
+    assert i2t_counts(scores).ranks().tolist() == [1, 1] and t2i_counts(scores).ranks().tolist() == [1] * 10
     from imgtxt.research.metrics import RankCounts
 
     # pessimistic: 1 above + 2 tied wrong -> rank 4: a hit at R@4 (100 %, not 101) and a miss at R@3
