@@ -97,8 +97,9 @@ def test_ties_default_to_expected_and_an_unknown_mode_is_named():
     # R@2: one slot left for the tied group of 3 (2 wrong, 1 right) -> 1/3
     assert counts.recall_at(2) == pytest.approx(100 / 3)
     assert TIES == ("expected", "pessimistic")
-    with pytest.raises(ValueError, match=r"ties must be one of \('expected', 'pessimistic'\), not 'best'"):
+    with pytest.raises(ValueError) as error:
         counts.ranks("best")
+    assert str(error.value) == "ties must be one of ('expected', 'pessimistic'), not 'best'"
 
 
 def test_five_captions_per_image_by_default_and_pessimistic_recall_by_hand():
