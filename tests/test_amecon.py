@@ -99,7 +99,7 @@ def test_image_mlp_learns_from_l2_normalised_features():
     feats = (raw / np.linalg.norm(raw, axis=1, keepdims=True)).astype(np.float32)
     labels = np.repeat(concepts, 2, axis=0).astype(np.float32)      # two captions an image, the same code
     weights = amecon.train_image_mlp(feats, labels, np.arange(2 * n_images) // 2, hidden=(64, 64), epochs=3,
-                                     batch=32, log=lambda m: None)
+                                     batch=32, log=lambda m: None, optimizer="adam")
     probs = amecon.mlp_forward(feats, weights)
     scores = amecon.t2i_scores(probs, labels[::2])                  # (images, one caption per image)
     rank_of_own = (scores > scores[np.arange(n_images), np.arange(n_images)][None, :]).sum(axis=0)

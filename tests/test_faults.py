@@ -299,6 +299,8 @@ def edit_model(src, dst, change_json=None, change_tensors=None):
     ("backbone", lambda c: c["features"].update(backbone="alexnet"), None, "unknown backbone 'alexnet'"),
     ("shape", None, lambda t: t.update({"gru.bias_hh": t["gru.bias_hh"][:-1]}), "tensor gru.bias_hh has shape"),
     ("fne-stats", None, lambda t: t.update({"fne.std": t["fne.std"][:10]}), "tensor fne.std has shape"),
+    ("image-hidden", lambda c: c["joint"].update(image_hidden="1000"), None, "joint.image_hidden must be a size"),
+    ("image-bias", lambda c: c["joint"].update(image_bias=True), None, r"missing tensors \['image_bias'\]"),
 ])
 def test_a_malformed_model_is_refused_at_load(tiny_model_dir, tmp_path, library, name, json_edit, tensor_edit,
                                               message):

@@ -86,3 +86,33 @@ def test_mean_of_folds():
     a = {"i2t": {"r1": 10.0}, "t2i": {"r1": 20.0}, "rsum": 30.0}
     b = {"i2t": {"r1": 30.0}, "t2i": {"r1": 40.0}, "rsum": 70.0}
     assert mean_of_folds([a, b]) == {"i2t": {"r1": 20.0}, "t2i": {"r1": 30.0}, "rsum": 50.0}
+
+
+def test_ties_default_to_expected_and_an_unknown_mode_is_named():
+    from imgtxt.research.metrics import TIES, RankCounts
+
+    # one query: 1 wrong answer above, 2 tied with the right one (alone): expected rank 1 + 1 + 2/2 = 3
+    counts = RankCounts(np.array([1]), np.array([2]), np.array([1]))
+    assert counts.ranks().tolist() == [3.0] and counts.ranks("pessimistic").tolist() == [4.0]
+    # R@2: one slot left for the tied group of 3 (2 wrong, 1 right) -> 1/3
+    assert counts.recall_at(2) == pytest.approx(100 / 3)
+    assert TIES == ("expected", "pessimistic")
+    with pytest.raises(ValueError) as error:
+        counts.ranks("best")
+    assert str(error.value) == "ties must be one of ('expected', 'pessimistic'), not 'best'"
+
+
+def test_five_captions_per_image_by_default_and_pessimistic_recall_by_hand():
+    # 2 images x 5 captions, every caption scores 1 with its own image and 0 with the other: perfect with the
+    # default of five captions per image (six would misplace the captions of image 1)
+    scores = np.repeat(np.eye(2), 5, axis=1)
+    assert evaluate_scores(scores)["rsum"] == 600
+    assert i2t_ranks(scores).tolist() == [1, 1] and t2i_ranks(scores).tolist() == [1] * 10
+    from imgtxt.research.metrics import i2t_counts, t2i_counts
+
+    assert i2t_counts(scores).ranks().tolist() == [1, 1] and t2i_counts(scores).ranks().tolist() == [1] * 10
+    from imgtxt.research.metrics import RankCounts
+
+    # pessimistic: 1 above + 2 tied wrong -> rank 4: a hit at R@4 (100 %, not 101) and a miss at R@3
+    counts = RankCounts(np.array([1, 0]), np.array([2, 0]), np.array([1, 1]))
+    assert counts.recall_at(4, "pessimistic") == 100.0 and counts.recall_at(3, "pessimistic") == 50.0

@@ -66,8 +66,10 @@ def features(dataset, data_dir, splits, backbone, layer_set, crops, precision, b
 @data_dir_opt
 @click.option("--preset", default="PH", show_default=True,
               help="FNE paper Table 1 column, sizes for the dataset trained on: SH, MH, SOE, MOE, PH (sum->max), POE, "
-                   "and the baselines' SH-bl, MH-bl, SOE-bl, MOE-bl; THESIS = the 2016 thesis's single-negative "
-                   "loss, margin 0.15")
+                   "and the baselines' SH-bl, MH-bl, SOE-bl, MOE-bl; THESIS = the 2016 thesis (one random negative, "
+                   "margin 0.15, SGD with linear decay, image hidden layer 1,000, all five captions; THESIS-ADAM: "
+                   "Adam, linear image map); RCN = the RCN paper's (Adam 2e-4, batch 16, affine image map; RCN-B128: "
+                   "batch 128, linear map)")
 @click.option("--features", "feature_kind", default="fne", show_default=True,
               help="fne (full network) or baseline (one layer)")
 @feature_options
@@ -78,8 +80,8 @@ def features(dataset, data_dir, splits, backbone, layer_set, crops, precision, b
 @click.option("--epochs", type=int, default=None, help="Maximum epochs per phase (preset: 200; MH on Flickr: 400)")
 @click.option("--patience", type=int, default=10, show_default=True,
               help="End a phase after this many epochs without a better val rsum")
-@click.option("--captions", default="one", show_default=True,
-              help="'one' random caption per image per epoch (paper) or 'all' five")
+@click.option("--captions", default=None,
+              help="'one' random caption per image per epoch (FNE paper) or 'all' five (preset: THESIS all, else one)")
 @click.option("--lr", type=float, default=None, help="Learning rate for every phase (preset: paper's)")
 @click.option("--phase2-lr", type=float, default=None, help="Learning rate of the curriculum's max-loss phase (PH/POE)")
 @click.option("--init-from", type=PathType, default=None,
@@ -97,14 +99,18 @@ def features(dataset, data_dir, splits, backbone, layer_set, crops, precision, b
 @click.option("--seed", type=int, default=0, show_default=True, help="Random seed (weights, batches, dropout)")
 @click.option("--text-encoder", default="gru", show_default=True,
               help="gru (the paper's, trained from scratch), minilm (pretrained all-MiniLM-L6-v2 + a trained head; "
-                   "open vocabulary), rcn (Recurrent Capsule Network, Dupont et al. 2018), bow (the 2016 thesis's bag "
-                   "of n-grams; shallow = --bow-ngrams bi --bow-hidden 0), sse (thesis's SSE), amecon (meta-concepts, "
-                   "Fernandez et al. 2017; eval only)")
+                   "open vocabulary), rcn (Recurrent Capsule Network, Francis, Huet and Merialdo 2018), bow (the 2016 "
+                   "thesis's bag of n-grams; shallow = --bow-ngrams bi --bow-hidden 0), sse (thesis's SSE), amecon "
+                   "(Abstract Meta-Concepts, Chami, Tamaazousti and Le Borgne 2017; trained here, its own recipe)")
 @click.option("--bow-ngrams", default="uni", show_default=True,
               help="bow: uni (5,000 words), bi, tri or skip (50,000 n-grams)")
 @click.option("--bow-weighting", default="binary", show_default=True, help="bow: binary or tfidf")
-@click.option("--bow-hidden", type=int, default=0, show_default=True, help="bow: hidden layer size of the MLP (0 = linear)")
+@click.option("--bow-hidden", type=int, default=None,
+              help="bow: hidden layer size of the MLP (thesis: 300; 0 = linear)")
 @click.option("--sse-window", type=int, default=5, show_default=True, help="sse: convolution window")
+@click.option("--sse-kernels", type=int, default=300, show_default=True, help="sse: convolution kernels (thesis: 300)")
+@click.option("--sse-top/--no-sse-top", default=True, show_default=True,
+              help="sse: the thesis's ReLU + linear layer on top (--no-sse-top: kernels = joint size, no top)")
 @click.option("--amecon-concepts", type=int, default=1000, show_default=True,
               help="amecon: number of meta-concepts C (k-means clusters)")
 @click.option("--amecon-neighbours", type=int, default=3, show_default=True,
@@ -113,8 +119,13 @@ def features(dataset, data_dir, splits, backbone, layer_set, crops, precision, b
               help="amecon: word vectors, 'ppmi' (PPMI+SVD on the training captions) or 'minilm' (MiniLM's token "
                    "embeddings)")
 @click.option("--amecon-hidden", default="4096,4096", show_default=True, help="amecon: hidden layers of the image MLP")
-@click.option("--negatives", default="both", show_default=True,
-              help="--preset THESIS (one random negative): i2t (swap the caption), t2i (swap the image) or both")
+@click.option("--amecon-regions", type=click.Choice(["5", "1"]), default="5", show_default=True,
+              help="amecon: max-pool the full image and its 4 corners at 2/3 scale (paper), or 1 = full image only")
+@click.option("--amecon-optimizer", type=click.Choice(["sgd", "adam"]), default="sgd", show_default=True,
+              help="amecon: the paper's SGD (lr 1e-4, momentum 0.9, weight decay 5e-4, batch 512) or Adam (lr 1e-3)")
+@click.option("--negatives", default=None,
+              help="--preset THESIS (one random negative): i2t (swap the caption; the thesis's annotation model, "
+                   "the preset's), t2i (swap the image; its search model) or both (not a thesis method)")
 @click.option("--rcn-capsules", type=int, default=4, show_default=True, help="rcn: number of capsules N_c")
 @click.option("--rcn-recursions", type=int, default=4, show_default=True,
               help="rcn: routing recursions r (the embedding is v(r+1))")
@@ -140,8 +151,8 @@ def features(dataset, data_dir, splits, backbone, layer_set, crops, precision, b
 def train(dataset, data_dir, preset, feature_kind, backbone, layer_set, crops, precision, backbone_weights, runtime,
           embed_dim, word_dim, image_dropout, weight_decay, epochs, patience, captions, lr, phase2_lr, init_from, min_count,
           vocab_size, vocab_from, margin, similarity, use_abs, batch_size, coco_train, seed, text_encoder, bow_ngrams,
-          bow_weighting, bow_hidden, sse_window, amecon_concepts, amecon_neighbours, amecon_vectors, amecon_hidden,
-          negatives, rcn_capsules, rcn_recursions, rcn_lambda, text_weights, text_trainable_layers, text_head,
+          bow_weighting, bow_hidden, sse_window, sse_kernels, sse_top, amecon_concepts, amecon_neighbours,
+          amecon_vectors, amecon_hidden, amecon_regions, amecon_optimizer, negatives, rcn_capsules, rcn_recursions, rcn_lambda, text_weights, text_trainable_layers, text_head,
           text_lr, lr_decay, average_best, int8, threads, run_dir, output):
     """Train a joint text-image model.
 
@@ -169,14 +180,15 @@ def train(dataset, data_dir, preset, feature_kind, backbone, layer_set, crops, p
         try:
             hidden = tuple(int(h) for h in amecon_hidden.split(",") if h.strip())
             train_amecon(dataset, folder, settings, feature_kind, out, amecon_vectors, amecon_concepts,
-                         amecon_neighbours, hidden, epochs or 5, lr or 1e-3, seed)
+                         amecon_neighbours, hidden, epochs or 5, lr, seed, regions=int(amecon_regions),
+                         optimizer=amecon_optimizer)
         except ValueError as e:
             raise value_errors_are_ours(e) from None
         click.echo(str(out))
         return
-    if captions not in ("one", "all"):
+    if captions not in (None, "one", "all"):
         raise UsageError("--captions must be 'one' or 'all'")
-    if negatives not in ("i2t", "t2i", "both"):
+    if negatives not in (None, "i2t", "t2i", "both"):
         raise UsageError("--negatives must be i2t, t2i or both")
     if similarity is not None and similarity not in ("cosine", "order"):
         raise UsageError("--similarity must be 'cosine' or 'order'")
@@ -192,7 +204,7 @@ def train(dataset, data_dir, preset, feature_kind, backbone, layer_set, crops, p
         text_options = {"weights": text_weights, "trainable_layers": text_trainable_layers, "head": text_head,
                         "word_dim": word_dim, "capsules": rcn_capsules, "recursions": rcn_recursions,
                         "reg_lambda": rcn_lambda, "ngrams": bow_ngrams, "weighting": bow_weighting,
-                        "hidden": bow_hidden, "window": sse_window}
+                        "hidden": bow_hidden, "window": sse_window, "kernels": sse_kernels, "top": sse_top}
         data = build_training_data(dataset, folder, feature_kind, settings, min_count=min_count,
                                    max_words=vocab_size, vocab_from=vocab_from, coco_train=coco_train,
                                    text_kind=text_encoder, text_options=text_options)

@@ -32,6 +32,10 @@ def check_config(config, where: Path) -> None:
             if not isinstance(value, types) or (types is _INT and isinstance(value, bool)):
                 raise ModelError(f"{where}: model.json {section}.{key} has the wrong type ({value!r})")
     joint, features = config["joint"], config["features"]
+    hidden, bias = joint.get("image_hidden", 0), joint.get("image_bias", False)
+    if not isinstance(hidden, int) or isinstance(hidden, bool) or hidden < 0 or not isinstance(bias, bool):
+        raise ModelError(f"{where}: model.json joint.image_hidden must be a size >= 0 and joint.image_bias true or "
+                         f"false ({hidden!r}, {bias!r})")
     if joint["similarity"] not in ("cosine", "order"):
         raise ModelError(f"{where}: model.json joint.similarity must be cosine or order, not {joint['similarity']!r}")
     if min(joint["embed_dim"], joint["image_dim"], features["raw_dim"], features["crops"]) < 1:
@@ -68,7 +72,12 @@ def check_shapes(tensors, config: dict, path: Path) -> None:
     after half a minute of CNN work or at the first query (int8 matrices' row scales too)."""
     joint, raw_dim = config["joint"], config["features"]["raw_dim"]
     h = joint["embed_dim"]
-    expected = {"image_projection": (h, joint["image_dim"]), "fne.mean": (raw_dim,), "fne.std": (raw_dim,)}
+    hidden = joint.get("image_hidden") or 0
+    expected = {"image_projection": (h, hidden or joint["image_dim"]), "fne.mean": (raw_dim,), "fne.std": (raw_dim,)}
+    if hidden:
+        expected.update({"image_hidden.weight": (hidden, joint["image_dim"]), "image_hidden.bias": (hidden,)})
+    if joint.get("image_bias"):
+        expected["image_bias"] = (h,)
     text_config = text_encoders.text_config_of(config)
     if text_config["kind"] == "gru" and joint.get("word_dim"):
         w = joint["word_dim"]

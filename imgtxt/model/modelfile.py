@@ -34,7 +34,18 @@ from .tensor_file import LazyTensors
 
 FORMAT, FORMAT_VERSION = "imgtxt-model", 1
 IMAGE_PROJECTION = "image_projection"
-# backbones.BACKBONES, repeated so that loading a model never imports torch (a test keeps them equal)
+
+
+def image_tensor_names(joint: dict) -> list[str]:
+    """The image side's tensors: the map, and the thesis's hidden layer / an affine map's bias when configured."""
+    names = [IMAGE_PROJECTION]
+    if joint.get("image_hidden"):
+        names += ["image_hidden.weight", "image_hidden.bias"]
+    if joint.get("image_bias"):
+        names.append("image_bias")
+    return names
+
+
 def safe_name(name: str) -> str:
     """A model name as it may appear in a file name: no separators, no leading dots, nothing odd."""
     return re.sub(r"[^A-Za-z0-9_.-]", "_", name).lstrip(".")[:64] or "model"
@@ -65,7 +76,7 @@ def save_model(folder: Path | str, weights: dict[str, np.ndarray], vocab, config
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    names = text_encoders.tensor_names(text_encoders.text_config_of(config)) + [IMAGE_PROJECTION]
+    names = text_encoders.tensor_names(text_encoders.text_config_of(config)) + image_tensor_names(config["joint"])
     tensors = {}
     for name in names:
         if name in int8:
@@ -141,7 +152,7 @@ class TrainedModel:
             names = text_encoders.tensor_names(text_config)
         except (ValueError, KeyError, TypeError) as e:
             raise ModelError(f"{folder}: model.json has an unusable text encoder section ({e})") from None
-        missing = [n for n in names + [IMAGE_PROJECTION] if n not in tensors]
+        missing = [n for n in names + image_tensor_names(config["joint"]) if n not in tensors]
         if missing:
             raise ModelError(f"{path}: missing tensors {missing}")
         check_shapes(tensors, config, path)
@@ -286,7 +297,15 @@ class TrainedModel:
         return l2_normalize(np.asarray(raw)[:, start:stop])
 
     def encode_image_features(self, feats: np.ndarray) -> np.ndarray:
-        out = l2_normalize(np.asarray(feats, dtype=np.float32) @ self.image_projection.T)
+        x = np.asarray(feats, dtype=np.float32)
+        joint = self.config["joint"]
+        if joint.get("image_hidden"):   # the thesis's image MLP: ReLU hidden layer, then the map
+            x = np.maximum(x @ np.asarray(self.tensors["image_hidden.weight"], np.float32).T
+                           + np.asarray(self.tensors["image_hidden.bias"], np.float32), 0)
+        x = x @ self.image_projection.T
+        if joint.get("image_bias"):
+            x = x + np.asarray(self.tensors["image_bias"], np.float32)
+        out = l2_normalize(x)
         return np.abs(out) if self.use_abs else out
 
     def encode_raw_images(self, raw: np.ndarray) -> np.ndarray:
@@ -320,7 +339,7 @@ def resave_model(src: Path | str, dst: Path | str, int8: tuple[str, ...] = (), u
     model = TrainedModel.load(src)
     config = {k: v for k, v in model.config.items() if k not in ("format", "version", "weights_sha256")}
     config.update(update or {})
-    names = text_encoders.tensor_names(text_encoders.text_config_of(config)) + [IMAGE_PROJECTION]
+    names = text_encoders.tensor_names(text_encoders.text_config_of(config)) + image_tensor_names(config["joint"])
     weights = {n: np.asarray(model.tensors[n], dtype=np.float32) for n in names}
     files = {n: (src / n).read_bytes() for n in ("vocab.json", "tokenizer.json") if (src / n).is_file()}
     extra = {n: np.asarray(model.tensors[n], dtype=np.float32) for n in concepts.TENSOR_NAMES} \

@@ -14,7 +14,7 @@ import numpy as np
 
 from imgtxt.errors import ModelError
 from imgtxt.model import concepts
-from imgtxt.model.modelfile import IMAGE_PROJECTION, TrainedModel, save_model
+from imgtxt.model.modelfile import IMAGE_PROJECTION, TrainedModel, image_tensor_names, save_model
 from imgtxt.model.text_encoders import tensor_names, text_config_of
 
 from .datasets import CAPTIONS_PER_IMAGE, load_split
@@ -128,7 +128,7 @@ def add_concepts(model_dir: Path | str, out: Path | str, dataset: str, data_dir:
     config.update(weight=chosen_w, confidence_weight=chosen_cw, chosen_on=f"{dataset} val rsum", table=rows)
     new = {k: v for k, v in model.config.items() if k not in ("format", "version", "weights_sha256")}
     new["concepts"] = config
-    names = tensor_names(text_config_of(new)) + [IMAGE_PROJECTION]
+    names = tensor_names(text_config_of(new)) + image_tensor_names(new["joint"])
     stored = {n: np.asarray(model.tensors[n], dtype=np.float32) for n in names}
     # int8 with per-row scales for the big matrices, as the shipped models store them (fp16 for the rest)
     int8 = tuple(n for n in names if len(stored[n].shape) == 2

@@ -3,6 +3,8 @@
 caption -> a text encoder (imgtxt/text_encoders: the paper's GRU, or a pretrained MiniLM + head) -> L2 norm
                                                                                    (-> abs for order embeddings)
 image features (FNE int8 or baseline) -> dropout -> linear map, no bias -> L2 norm  (-> abs)
+    with image_hidden (the thesis): -> dropout -> linear + bias -> ReLU -> map -> L2 norm; with image_bias (RCN,
+    thesis) the map is affine.
 """
 from __future__ import annotations
 
@@ -27,6 +29,8 @@ class JointConfig:
     use_abs: bool = False           # order embeddings live in the positive orthant
     image_dropout: float = 0.0      # dropout on the image features (regularises the wide FNE input)
     text: dict | None = None        # model.json "text" section (kind + its settings); None = the GRU above
+    image_hidden: int = 0           # a ReLU hidden layer on the image side (thesis: 1,000); 0 = none
+    image_bias: bool = False        # affine image map (RCN, thesis)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -61,18 +65,38 @@ class TextEncoder(nn.Module):
 
 
 class ImageEncoder(nn.Module):
-    def __init__(self, image_dim: int, embed_dim: int, dropout: float, use_abs: bool):
+    def __init__(self, image_dim: int, embed_dim: int, dropout: float, use_abs: bool, hidden: int = 0,
+                 bias: bool = False):
         super().__init__()
         self.dropout = nn.Dropout(dropout)
-        self.proj = nn.Linear(image_dim, embed_dim, bias=False)
+        self.hidden = nn.Linear(image_dim, hidden) if hidden else None
+        proj_in = hidden or image_dim
+        self.proj = nn.Linear(proj_in, embed_dim, bias=bias)
         self.use_abs = use_abs
         # Xavier as in VSE++: keeps the initial projections of a 21k-wide input well scaled.
-        r = (6.0 / (image_dim + embed_dim)) ** 0.5
-        nn.init.uniform_(self.proj.weight, -r, r)
+        for layer in (self.hidden, self.proj):
+            if layer is not None:
+                r = (6.0 / (layer.in_features + layer.out_features)) ** 0.5
+                nn.init.uniform_(layer.weight, -r, r)
+                if layer.bias is not None:
+                    nn.init.zeros_(layer.bias)
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
-        out = l2norm(self.proj(self.dropout(features.float())))
+        x = self.dropout(features.float())
+        if self.hidden is not None:
+            x = torch.relu(self.hidden(x))
+        out = l2norm(self.proj(x))
         return out.abs() if self.use_abs else out
+
+    def export_tensors(self) -> dict[str, torch.Tensor]:
+        """Names the numpy runtime reads (modelfile.py): image_projection, and when present image_bias,
+        image_hidden.weight, image_hidden.bias."""
+        out = {"image_projection": self.proj.weight}
+        if self.proj.bias is not None:
+            out["image_bias"] = self.proj.bias
+        if self.hidden is not None:
+            out.update({"image_hidden.weight": self.hidden.weight, "image_hidden.bias": self.hidden.bias})
+        return out
 
 
 class JointModel(nn.Module):
@@ -80,14 +104,15 @@ class JointModel(nn.Module):
         super().__init__()
         self.config = config
         self.text = TextEncoder(config.text_config(), config.embed_dim, config.use_abs)
-        self.image = ImageEncoder(config.image_dim, config.embed_dim, config.image_dropout, config.use_abs)
+        self.image = ImageEncoder(config.image_dim, config.embed_dim, config.image_dropout, config.use_abs,
+                                  config.image_hidden, config.image_bias)
 
     def similarity(self, images: torch.Tensor, captions: torch.Tensor) -> torch.Tensor:
         return SIMILARITIES[self.config.similarity](images, captions)
 
     def export_tensors(self) -> dict[str, torch.Tensor]:
         """Weights under stable names, the contract with the numpy runtime (modelfile.py, text_encoders/)."""
-        return {**self.text.encoder.export_tensors(), "image_projection": self.image.proj.weight}
+        return {**self.text.encoder.export_tensors(), **self.image.export_tensors()}
 
     def import_tensors(self, tensors: dict) -> None:
         check_and_copy(self.export_tensors(), tensors)

@@ -1,5 +1,6 @@
-"""Training presets: the FNE paper's Table 1 (every column, per dataset, and the one-layer "-bl" rows) and the
-2016 thesis's single-negative setting, as TrainConfig objects that the CLI may override field by field."""
+"""Training presets: the FNE paper's Table 1 (every column, per dataset, and the one-layer "-bl" rows), the 2016
+thesis's setting (THESIS) and the Recurrent Capsule Network paper's (RCN), as TrainConfig objects that the CLI may
+override field by field."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
@@ -31,6 +32,10 @@ class TrainConfig:
     negatives: str = "both"         # "single" loss: swap the caption (i2t), the image (t2i), or both
     text_lr: float = 0.0            # lr of a pretrained text encoder's trained layers (0 = the phase's lr)
     average_best: int = 1           # at the end, average the weights of the best K epochs (kept if better)
+    optimizer: str = "adam"         # "adam" (FNE, RCN) or "sgd" (thesis: plain SGD, no momentum, no weight decay)
+    linear_decay_epochs: int = 0    # lr falls linearly to 1% of the phase's lr over this many epochs (thesis: 100)
+    image_hidden: int = 0           # image side: a ReLU hidden layer of this size before the map (thesis: 1,000)
+    image_bias: bool = False        # image side: an affine map (RCN, thesis) instead of a linear one (FNE)
 
 
     def to_dict(self) -> dict:
@@ -78,16 +83,34 @@ def _table1(name: str, dataset: str) -> TrainConfig:
 
 PRESETS: dict[str, TrainConfig] = {name: _table1(name, "flickr8k") for name in _TABLE1}
 
-# The 2016 thesis (Table 6.1): one random negative per pair, margin 0.15, lr 0.001, joint space 1000 (its BoW
-# models); imgtxt trains with Adam where the thesis used SGD with a linear lr decay.
-OTHER_PRESETS = {"THESIS": TrainConfig([Phase("single", 1e-3)], "cosine", 0.15, word_dim=300, embed_dim=1000)}
+# The 2016 thesis (Table 6.1, sections 5.1, 6.3, "our model: BoW"): one random negative per pair, margin 0.15,
+# SGD without momentum or weight decay at lr 0.001 falling linearly to 1% over 100 epochs, all five captions per
+# epoch, a 1,000-unit ReLU hidden layer on the image side, joint space 1,000. Negatives: the thesis trained one model
+# per direction (I2T negatives for its annotation numbers, T2I for its search numbers), never both at once; i2t is
+# the preset's, `negatives="t2i"` the search model. No gradient clipping (the thesis states none).
+# The RCN paper (section IV): Adam 2e-4, mini-batches of 16, the VSE++ max-of-hinges loss with margin 0.2,
+# word vectors 300, joint space 1,024, an affine map from the image features.
+OTHER_PRESETS = {
+    "THESIS": TrainConfig([Phase("single", 1e-3)], "cosine", 0.15, word_dim=300, embed_dim=1000, optimizer="sgd",
+                          linear_decay_epochs=100, captions_per_image="all", negatives="i2t", image_hidden=1000,
+                          image_bias=True, grad_clip=0.0),
+    "RCN": TrainConfig([Phase("max", 2e-4)], "cosine", 0.2, word_dim=300, embed_dim=1024, batch_size=16,
+                       image_bias=True),
+}
+# Today's variants, kept under names: THESIS-ADAM is the thesis loss as imgtxt first ran it (Adam, linear image
+# map, one caption per image, both negatives); RCN-B128 the RCN runs' batch and linear map.
+OTHER_PRESETS["THESIS-ADAM"] = TrainConfig([Phase("single", 1e-3)], "cosine", 0.15, word_dim=300, embed_dim=1000)
+OTHER_PRESETS["RCN-B128"] = replace(OTHER_PRESETS["RCN"], batch_size=128, image_bias=False)
 
 
 def preset(name: str, dataset: str = "flickr8k", **overrides) -> TrainConfig:
     """The paper's settings for a Table 1 column on a dataset; overrides that are None keep the paper's."""
     name = name.upper()
     if name in OTHER_PRESETS:
-        return replace(OTHER_PRESETS[name], **{k: v for k, v in overrides.items() if v is not None})
+        # A fresh copy of the phases too: a caller changing cfg.phases[0].lr must not change the preset.
+        base = OTHER_PRESETS[name]
+        base = replace(base, phases=[Phase(p.loss, p.lr) for p in base.phases])
+        return replace(base, **{k: v for k, v in overrides.items() if v is not None})
     if name not in _TABLE1:
         raise ValueError(f"unknown preset {name!r}; known: {', '.join(_TABLE1)}, {', '.join(OTHER_PRESETS)}")
     if dataset not in _DATASET_COLUMN:

@@ -1,5 +1,6 @@
 """Training the joint space (FNE paper section 4.3.1): Adam, batch 128, gradient clipping 2, every
-other pair in the batch as contrastive example, the best epoch by validation rsum kept.
+other pair in the batch as contrastive example, the best epoch by validation rsum kept. The thesis preset trains
+with plain SGD and a linear lr decay instead, the RCN preset with batch 16 (presets.py).
 
 Curriculum (PH, POE): phase 1 with the sum loss until validation stops improving, then phase 2
 continues from phase 1's best model with the max loss. Resumable: `state.pt` in the run folder is
@@ -172,7 +173,8 @@ def train(run_dir: Path | str, data: TrainData, cfg: TrainConfig, init_from: Pat
     joint = JointConfig(vocab_size=len(data.vocab) if data.vocab else 0, image_dim=data.train_features.shape[1],
                         word_dim=cfg.word_dim if text_config["kind"] == "gru" else 0, embed_dim=cfg.embed_dim,
                         similarity=cfg.similarity, use_abs=cfg.use_abs, image_dropout=cfg.image_dropout,
-                        text=None if data.text_setup is None else text_config)
+                        text=None if data.text_setup is None else text_config, image_hidden=cfg.image_hidden,
+                        image_bias=cfg.image_bias)
     torch.manual_seed(cfg.seed)
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     model = JointModel(joint).to(device)
@@ -190,6 +192,10 @@ def train(run_dir: Path | str, data: TrainData, cfg: TrainConfig, init_from: Pat
         tuned = [p for p in trainable if id(p) in pretrained_ids]
         if tuned:
             groups.append({"params": tuned, "weight_decay": 0.0, "pretrained": True})
+        if cfg.optimizer == "sgd":
+            return torch.optim.SGD(groups, lr=lr)
+        if cfg.optimizer != "adam":
+            raise ValueError(f"optimizer must be 'adam' or 'sgd', not {cfg.optimizer!r}")
         return torch.optim.Adam(groups, lr=lr)
 
     phase_idx, epoch, best, bad_epochs = 0, 0, {"rsum": -1.0}, 0
@@ -198,7 +204,9 @@ def train(run_dir: Path | str, data: TrainData, cfg: TrainConfig, init_from: Pat
         state = load_state(state_path)
         # The stopping budget (epochs, patience) may change between runs, so a finished run can be continued with
         # a larger --epochs; anything that changes the training itself may not.
-        if _without_budget(state["config"]) != _without_budget(cfg.to_dict()) or state["joint"] != joint.to_dict():
+        # Settings added since a state was written take their defaults (a run from before them resumes).
+        saved, saved_joint = TrainConfig.from_dict(state["config"]).to_dict(), JointConfig(**state["joint"]).to_dict()
+        if _without_budget(saved) != _without_budget(cfg.to_dict()) or saved_joint != joint.to_dict():
             raise SystemExit(f"{run_dir} holds a run with other settings; use a new --run-dir or delete it")
         model.load_state_dict(state["model"])
         phase_idx, epoch, best, bad_epochs = state["phase"], state["epoch"], state["best"], state["bad_epochs"]
@@ -236,7 +244,7 @@ def train(run_dir: Path | str, data: TrainData, cfg: TrainConfig, init_from: Pat
                 _log(f"phase {phase_idx + 1}: {cfg.phases[phase_idx].loss} loss from the best phase-{phase_idx} model")
             continue
 
-        lr = phase.lr / 10 if cfg.lr_decay_epochs and epoch >= cfg.lr_decay_epochs else phase.lr
+        lr = phase_lr(cfg, phase.lr, epoch)
         for group in optimizer.param_groups:
             group["lr"] = (cfg.text_lr * lr / phase.lr) if group.get("pretrained") and cfg.text_lr else lr
         t0 = time.time()
@@ -256,16 +264,12 @@ def train(run_dir: Path | str, data: TrainData, cfg: TrainConfig, init_from: Pat
             scores = model.similarity(model.image(feats), train_text.encode(batch[:, 1]))
             # With five captions per epoch two captions of one image can share a batch: not negatives.
             also_positive = same_image_mask(batch[:, 0]) if cfg.captions_per_image == "all" else None
-            if phase.loss == "single":
-                loss = single_negative_loss(scores, cfg.margin, cfg.negatives, also_positive)
-            else:
-                loss = hinge_loss(scores, cfg.margin, phase.loss, also_positive)
-            penalty = getattr(model.text.encoder, "penalty", None)   # a kind's regulariser (RCN eq. 15)
-            if penalty is not None:
-                loss = loss + penalty
+            # a kind's regulariser (RCN eq. 15), left by its forward pass
+            loss = training_loss(scores, phase.loss, cfg, also_positive, getattr(model.text.encoder, "penalty", None))
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            if cfg.grad_clip > 0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
             optimizer.step()
             total_loss += loss.item()
         train_seconds = time.time() - t0
@@ -320,6 +324,25 @@ def _average_snapshots(model: JointModel, data: TrainData, cfg: TrainConfig, run
         _save_best(model, data, cfg, run_dir / "best", record)
         return record
     return best
+
+
+def training_loss(scores: torch.Tensor, loss_kind: str, cfg: TrainConfig, also_positive=None, penalty=None
+                  ) -> torch.Tensor:
+    """A batch's loss: the phase's ranking loss ("single": the thesis's one negative, "sum"/"max" of hinges) plus
+    the text encoder's regulariser when it has one."""
+    if loss_kind == "single":
+        loss = single_negative_loss(scores, cfg.margin, cfg.negatives, also_positive)
+    else:
+        loss = hinge_loss(scores, cfg.margin, loss_kind, also_positive)
+    return loss if penalty is None else loss + penalty
+
+
+def phase_lr(cfg: TrainConfig, base: float, epoch: int) -> float:
+    """The lr of a phase's epoch `epoch` (0-based): divided by 10 after cfg.lr_decay_epochs, or (thesis) falling
+    linearly from `base` to base / 100 over cfg.linear_decay_epochs epochs, then staying there."""
+    if cfg.linear_decay_epochs:
+        return base * (1.0 - 0.99 * min(epoch, cfg.linear_decay_epochs) / cfg.linear_decay_epochs)
+    return base / 10 if cfg.lr_decay_epochs and epoch >= cfg.lr_decay_epochs else base
 
 
 def _without_budget(config: dict) -> dict:

@@ -27,6 +27,7 @@ from . import TextSetup
 
 ARTICLES = frozenset({"a", "an", "the"})
 NGRAMS = {"uni": 5000, "bi": 50000, "tri": 50000, "skip": 50000}   # default vocabulary sizes (thesis)
+DEFAULT_HIDDEN = 300    # the thesis's BoW model: a 300-unit ReLU hidden layer (section 6.4); 0 = linear ("shallow")
 _NON_ALNUM = re.compile(r"[^a-z0-9 ]+")
 
 
@@ -100,7 +101,7 @@ def prepare(train_captions: list[str], options: dict) -> TextSetup:
     kind, weighting = options.get("ngrams") or "uni", options.get("weighting") or "binary"
     vec = Vectorizer.fit(train_captions, kind, weighting, options.get("max_words"))
     config = {"kind": "bow", "ngrams": kind, "weighting": weighting, "features": len(vec.terms) + 2,
-              "hidden": int(options.get("hidden") or 0)}
+              "hidden": DEFAULT_HIDDEN if options.get("hidden") is None else int(options["hidden"])}
     return TextSetup(config, vec.ids, {"bow_terms.json": vec.to_json()}, init_tensors={"bow.idf": vec.idf},
                      description=f"bag of {kind}-grams ({weighting}, {len(vec.terms)} terms), "
                                  f"{'MLP hidden ' + str(config['hidden']) if config['hidden'] else 'linear'}")

@@ -1,4 +1,5 @@
-"""Recurrent Capsule Network text encoder (Dupont et al. 2018, section III), numpy forward for queries.
+"""Recurrent Capsule Network text encoder (Francis, Huet and Merialdo, "Embedding Images and Sentences in a Common
+Space with a Recurrent Capsule Network", CBMI 2018, section III), numpy forward for queries.
 
 N_c capsules, each a mask GRU (its candidate uses a sigmoid instead of tanh, so masks are positive) and an
 embedding GRU. Masks start at 1; for t = 1 .. r+1:
@@ -10,6 +11,9 @@ The sentence vector is v(r+1) (the paper keeps v(5) with r = 4), L2-normalised. 
 N_c = 1, r = 0. A GRU's output is its last hidden state at the sentence's length.
 The routing denominators are sums of dot products and could cross zero; they are kept away from it by
 ROUTING_EPS (same sign), a guard the paper does not mention.
+The GRUs are torch's (nn.GRU's gate layout), which differs from the paper's eq. 1-4 in two ways: the candidate is
+tanh(W x + b + r o (U h + b')) where eq. 3 has tanh(W x + U (r o h) + b), and h = (1 - z) o h~ + z o h where eq. 4
+has h = (1 - z) o h + z o h~ (the same family with z relabelled 1 - z; the reset placement is a different function).
 
 Tensors (the model-file contract, shared with research/text_modules/rcn.py), capsules stacked on the first axis:
   rcn.word_embedding (vocab, V);  rcn.mask.{weight_ih (N_c, 3V, V), weight_hh (N_c, 3V, V), bias_ih, bias_hh (N_c, 3V)}
@@ -66,6 +70,11 @@ def route(v: np.ndarray):
     return alpha, combined
 
 
+def update_masks(alpha: np.ndarray, proposals: np.ndarray) -> np.ndarray:
+    """Eq. 7: m_i = sum_j alpha_ij mt_j. alpha (B, C, C) with alpha[b, i, j] = alpha_ij, proposals (C, B, V)."""
+    return np.einsum("bij,jbv->ibv", alpha, proposals)
+
+
 def rcn_forward(tokens: np.ndarray, lengths: np.ndarray, w: dict, recursions: int) -> tuple[np.ndarray, np.ndarray]:
     """tokens (B, T) ids, lengths (B,) -> (sentence vectors (B, H) not normalised, final masks (C, B, V))."""
     x = w["rcn.word_embedding"][tokens]                           # (B, T, V)
@@ -79,7 +88,7 @@ def rcn_forward(tokens: np.ndarray, lengths: np.ndarray, w: dict, recursions: in
         if t < recursions:
             proposals = gru_scan(inputs, lengths, w["rcn.mask.weight_ih"], w["rcn.mask.weight_hh"],
                                  w["rcn.mask.bias_ih"], w["rcn.mask.bias_hh"], "sigmoid")
-            masks = np.einsum("bij,jbv->ibv", alpha, proposals)
+            masks = update_masks(alpha, proposals)
     return combined, masks
 
 

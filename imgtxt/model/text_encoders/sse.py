@@ -1,8 +1,10 @@
-"""The thesis's SSE text model (Bespalov et al. 2011; thesis section 5.2): word lookup -> K kernels convolved over
-the word sequence (window 5, zero padding at both ends, tanh) -> average over the sentence's positions -> L2 norm.
-K is the joint-space size. Words as in the thesis's BoW (bow.words: lower case, alphanumeric, no a/an/the), the
-5,000 most frequent; 0 pads, 1 is the unknown word. numpy runtime; torch: research/text_modules/sse.py.
-Tensors: sse.word_embedding (V, M), sse.conv.weight (K, M, window), sse.conv.bias (K,).
+"""The thesis's SSE text model (Bespalov et al. 2011; thesis sections 5.2, 6.5): word lookup (M = 300) -> K = 300
+kernels convolved over the word sequence (window 5, zero padding at both ends, tanh) -> average over the sentence's
+positions -> a non-linearity (ReLU, the thesis's Table 6.1) and a linear layer into the joint space -> L2 norm.
+Words as in the thesis's BoW (bow.words: lower case, alphanumeric, no a/an/the), the 5,000 most frequent; 0 pads,
+1 is the unknown word. numpy runtime; torch: research/text_modules/sse.py.
+Tensors: sse.word_embedding (V, M), sse.conv.weight (K, M, window), sse.conv.bias (K,), sse.top.weight (E, K),
+sse.top.bias (E,). A config without "top" (models trained before the top layers) has K = the joint size and no top.
 """
 from __future__ import annotations
 
@@ -16,10 +18,11 @@ from . import TextSetup
 from .bow import words
 
 NAMES = ("sse.word_embedding", "sse.conv.weight", "sse.conv.bias")
+TOP_NAMES = ("sse.top.weight", "sse.top.bias")
 
 
 def TENSOR_NAMES(text_config: dict) -> tuple[str, ...]:  # noqa: N802 (the registry's contract name)
-    return NAMES
+    return NAMES + (TOP_NAMES if text_config.get("top") else ())
 
 
 class WordIds:
@@ -35,10 +38,12 @@ def prepare(train_captions: list[str], options: dict) -> TextSetup:
     counts = Counter(w for c in train_captions for w in words(c))
     vocab = sorted(counts, key=lambda w: (-counts[w], w))[:options.get("max_words") or 5000]
     config = {"kind": "sse", "vocab_size": len(vocab) + 2, "word_dim": options.get("word_dim") or 300,
-              "window": options.get("window") or 5}
+              "window": options.get("window") or 5, "kernels": options.get("kernels") or 300,
+              "top": bool(options.get("top", True))}
     files = {"sse_vocab.json": json.dumps(vocab).encode("utf-8")}
     return TextSetup(config, WordIds(vocab), files,
-                     description=f"SSE, window {config['window']}, vocabulary {len(vocab)} words")
+                     description=f"SSE, window {config['window']}, {config['kernels']} kernels"
+                                 f"{', ReLU + linear top' if config['top'] else ''}, vocabulary {len(vocab)} words")
 
 
 def sse_forward(tokens: np.ndarray, lengths: np.ndarray, w: dict) -> np.ndarray:
@@ -52,13 +57,15 @@ def sse_forward(tokens: np.ndarray, lengths: np.ndarray, w: dict) -> np.ndarray:
     conv = np.tanh(steps.reshape(*steps.shape[:2], -1) @ kernel.reshape(kernel.shape[0], -1).T + w["sse.conv.bias"])
     valid = (np.arange(x.shape[1])[None, :] < lengths[:, None])[:, :, None]
     mean = (conv * valid).sum(axis=1) / lengths[:, None]
+    if "sse.top.weight" in w:
+        mean = np.maximum(mean, 0) @ w["sse.top.weight"].T + w["sse.top.bias"]
     return (mean / np.maximum(np.linalg.norm(mean, axis=1, keepdims=True), 1e-12)).astype(np.float32)
 
 
 class Runtime:
     def __init__(self, text_config: dict, tensors, folder: Path):
         self.config = text_config
-        self.w = {n: np.asarray(tensors[n], dtype=np.float32) for n in NAMES}
+        self.w = {n: np.asarray(tensors[n], dtype=np.float32) for n in TENSOR_NAMES(text_config)}
         self.ids = WordIds(json.loads((folder / "sse_vocab.json").read_text(encoding="utf-8")))
 
     def tokenize(self, text: str) -> list[int]:

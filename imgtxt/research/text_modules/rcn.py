@@ -50,6 +50,11 @@ def route(v: torch.Tensor):
     return alpha, torch.einsum("bc,cbh->bh", beta.sum(dim=2), v)
 
 
+def update_masks(alpha: torch.Tensor, proposals: torch.Tensor) -> torch.Tensor:
+    """Eq. 7: m_i = sum_j alpha_ij mt_j. alpha (B, C, C), proposals (C, B, V) -> (C, B, V)."""
+    return torch.einsum("bij,jbv->ibv", alpha, proposals)
+
+
 def mask_variance_penalty(masks: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """Eq. 14 per sentence, masks (C, B, V) -> (B,)."""
     mean = masks.mean(dim=0)
@@ -80,7 +85,7 @@ class RCNEncoder(nn.Module):
             alpha, combined = route(v)
             if t < self.recursions:
                 proposals = gru_scan(inputs, lengths, self.mask_gru, "sigmoid")
-                masks = torch.einsum("bij,jbv->ibv", alpha, proposals)
+                masks = update_masks(alpha, proposals)
         if self.reg_lambda and self.recursions > 0:
             self.penalty = self.reg_lambda * mask_variance_penalty(masks).sum()
         else:
