@@ -82,12 +82,13 @@ class NoPhotos(StoreError):
 
 def run_index(index_dir: Path, roots: list[str], model, excludes=(), batch_size: int = 32, workers: int = 2,
               progress: bool = False, log=None, notice=None, prune: bool = False, rebuild: bool = False,
-              ray_address: str | None = None) -> Summary:
+              ray_address: str | None = None, previews: bool = False) -> Summary:
     """Index `roots` into the index folder. `log` gets per-file messages, `notice` the important ones.
 
     prune: drop the photos of a root that is missing or empty now. rebuild: build a new database from the
     photos into index.db.rebuild (a killed rebuild continues where it stopped) and swap it in only when it is
-    complete; the old index.db is kept as index.db.damaged. ray_address: embed on a Ray cluster (ray_index)."""
+    complete; the old index.db is kept as index.db.damaged. ray_address: embed on a Ray cluster (ray_index).
+    previews: decode a photo's embedded preview (MPF, EXIF, HEIC thumbnail) when it is large enough."""
     log = log or (lambda message: print(message, file=sys.stderr))
     roots = [os.path.abspath(r) for r in roots]
     register_heif()  # HEIC/HEIF photos when the optional pillow-heif is installed
@@ -104,6 +105,7 @@ def run_index(index_dir: Path, roots: list[str], model, excludes=(), batch_size:
         try:
             run = IndexRun(store, roots, model, batch_size, workers, progress, log, notice or log, prune)
             run.ray_address = ray_address  # embed on a Ray cluster (ray_index) instead of this process
+            run.previews = previews
             summary = run.execute(list(excludes))
             store.checkpoint()
         except sqlite3.DatabaseError as e:
@@ -125,6 +127,7 @@ class IndexRun:
         self.batch_size, self.workers, self.progress, self.log, self.notice = batch_size, workers, progress, log, notice
         self.summary = Summary()
         self.writes: list = []     # pending database writes (callables), committed together
+        self.previews = False      # decode embedded previews (images.load_rgb)
 
     def execute(self, excludes) -> Summary:
         found, problems = self.scan(excludes)
@@ -335,7 +338,7 @@ class IndexRun:
             batch.clear()
 
         size = embedder.resize_size
-        for w, result in in_order(lambda w: decode(w, size), to_embed, self.workers, 4 * self.batch_size):
+        for w, result in in_order(lambda w: decode(w, size, self.previews), to_embed, self.workers, 4 * self.batch_size):
             if isinstance(result, ImageError):
                 self.skip(w, str(result))
             else:
