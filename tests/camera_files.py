@@ -19,9 +19,11 @@ def jpeg_bytes(image: Image.Image, quality: int = 90, **params) -> bytes:
 
 
 def write_mpf_jpeg(path: Path, main: Image.Image, preview: Image.Image, orientation: int = 1,
-                   mptype: int = MPF_LARGE_THUMBNAIL_FULL_HD, quality: int = 90) -> Path:
+                   mptype: int = MPF_LARGE_THUMBNAIL_FULL_HD, quality: int = 90,
+                   preview_orientation: int | None = None) -> Path:
     """A camera-style JPEG: `main` with `preview` as its second MPF picture of type `mptype` (Pillow writes
-    "Undefined"; cameras write a large-thumbnail type, patched in here), EXIF orientation on the main picture."""
+    "Undefined"; cameras write a large-thumbnail type, patched in here), EXIF orientation on the main picture.
+    Pillow copies the EXIF to the preview; preview_orientation rewrites the preview's own orientation tag."""
     exif = Image.Exif()
     exif[0x0112] = orientation
     buf = io.BytesIO()
@@ -34,6 +36,12 @@ def write_mpf_jpeg(path: Path, main: Image.Image, preview: Image.Image, orientat
         tag, _, _, value = struct.unpack_from("<HHLL", data, tiff + ifd + 2 + 12 * i)
         if tag == 0xB002:  # MP entries, 16 bytes each: the second picture's attribute is at +16
             data[tiff + value + 16:tiff + value + 20] = struct.pack("<L", mptype)
+    if preview_orientation is not None:
+        with Image.open(io.BytesIO(bytes(data))) as im:
+            start = im._MpoImageFile__mpoffsets[1]
+        entry = struct.pack(">HHLH", 0x0112, 3, 1, orientation)   # Pillow writes EXIF big-endian
+        at = data.index(entry, start)
+        data[at:at + len(entry)] = struct.pack(">HHLH", 0x0112, 3, 1, preview_orientation)
     Path(path).write_bytes(bytes(data))
     return Path(path)
 

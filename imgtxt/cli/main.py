@@ -168,6 +168,7 @@ def index_photos(paths, exclude, index_dir, model, batch_size, workers, as_json,
     if as_json:
         out = summary.as_dict()
         out["skipped_files"] = [{"path": p, "reason": r} for p, r in sorted(summary.skipped.items())]
+        out["device"] = summary.device
         sys.stdout.write(json.dumps(out, ensure_ascii=False) + "\n")
     else:
         click.echo(summary.line())

@@ -23,7 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
+from imgtxt.model.cnn_runtime import one_blas_thread
 from imgtxt.model.images import ImageError, in_order, register_heif
+from imgtxt.model.previews import RAW_HINT
 from imgtxt.safe_text import printable
 
 from . import vector_build
@@ -56,6 +58,7 @@ class Summary:
     model_note: str = ""
     kept_offline: dict[str, int] = field(default_factory=dict)     # root -> photos kept although it is missing/empty
     vector_index: str = ""                                         # what the run did to the search files
+    device: str = ""                                               # where the CNN ran ("" if nothing was embedded)
 
     def reason_counts(self) -> Counter:
         return Counter(reason.split(" (")[0] for reason in self.skipped.values())
@@ -214,7 +217,8 @@ class IndexRun:
         skipped = self.store.skipped_rows()
         self.rows, self.old_skips = rows, skipped
         offline = self.offline_roots(found, problems, rows)
-        if not found and not any(is_under(k, self.root_keys) for k in rows):
+        waiting_for_extra = any(p.reason == RAW_HINT for p in problems)   # listed as skipped, with the hint
+        if not found and not waiting_for_extra and not any(is_under(k, self.root_keys) for k in rows):
             from .scan import photo_suffixes
 
             raise NoPhotos(f"no photos under {', '.join(self.roots)} "
@@ -312,9 +316,15 @@ class IndexRun:
             from .ray_index import embed_on_ray
 
             return embed_on_ray(self, to_embed, self.ray_address)
+        with one_blas_thread():
+            self.embed_here(to_embed)
+
+    def embed_here(self, to_embed: list[Work]) -> None:
         # Decoding costs ~4x the CNN per photo: the decoding threads get the cores, the CNN what is left.
         # The CNN loads here, only when something needs embedding.
         embedder = self.model.image_embedder(threads=max(1, (os.cpu_count() or 1) - self.workers))
+        self.summary.device = embedder.device_line
+        self.log(f"imgtxt: the CNN runs on {self.summary.device}")
         bar = None
         if self.progress:
             from tqdm import tqdm

@@ -70,7 +70,10 @@ class EmbedWorker:
             else:
                 decoded.append((i, result))
         if decoded:
-            vectors = self.embedder.embed(np.stack([square for _, (square, _, _) in decoded])).astype(np.float32)
+            from imgtxt.model.cnn_runtime import one_blas_thread
+
+            with one_blas_thread():
+                vectors = self.embedder.embed(np.stack([square for _, (square, _, _) in decoded])).astype(np.float32)
             for (i, (_, width, height)), vector in zip(decoded, vectors):
                 results[i] = (encode_vector(vector), width, height)   # float16, as a local run stores it
         return results

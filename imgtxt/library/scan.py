@@ -18,6 +18,7 @@ from fnmatch import fnmatch
 from typing import Iterable, Iterator
 
 from imgtxt.model.images import HEIF_SUFFIXES, PHOTO_SUFFIXES, heif_available
+from imgtxt.model.previews import RAW_HINT, RAW_SUFFIXES, raw_available
 
 SKIP_DIR_NAMES = {"@eaDir", ".git", "node_modules", "System Volume Information", "$RECYCLE.BIN", "__MACOSX"}
 
@@ -36,7 +37,14 @@ class Problem:
 
 
 def photo_suffixes() -> set[str]:
-    return PHOTO_SUFFIXES | (HEIF_SUFFIXES if heif_available() else set())
+    return (PHOTO_SUFFIXES | (HEIF_SUFFIXES if heif_available() else set())
+            | (RAW_SUFFIXES if raw_available() else set()))
+
+
+def suffixes_needing_extras() -> dict[str, str]:
+    """Photo kinds whose reader is an extra that is not installed -> the skip reason naming it. Camera RAW
+    files are listed as skipped (a user may not know why they are missing); HEIC stays silent as before."""
+    return {} if raw_available() else dict.fromkeys(RAW_SUFFIXES, RAW_HINT)
 
 
 def is_hidden(name: str) -> bool:
@@ -74,6 +82,7 @@ def scan(roots: Iterable[str], excludes: Iterable[str] = (),
     Symbolic links are followed (a linked album is part of the collection); a folder reached twice
     through links is reported as a loop instead of being walked forever.
     """
+    needs_extra = suffixes_needing_extras() if suffixes is None else {}
     suffixes = suffixes if suffixes is not None else photo_suffixes()
     excludes = list(excludes)
     visited_dirs: set[tuple[int, int]] = set()
@@ -96,6 +105,9 @@ def scan(roots: Iterable[str], excludes: Iterable[str] = (),
             continue
         if not stat.S_ISDIR(st.st_mode):
             entry = file_entry(root, st)
+            extra_hint = needs_extra.get(os.path.splitext(root)[1].lower())
+            if extra_hint and isinstance(entry, Found):
+                entry = Problem(root, extra_hint)
             if entry is not None:
                 yield entry
             continue
@@ -136,4 +148,8 @@ def scan(roots: Iterable[str], excludes: Iterable[str] = (),
                     found = file_entry(entry.path, st)
                     if found is not None:
                         yield found
+                elif needs_extra and os.path.splitext(name)[1].lower() in needs_extra:
+                    found = file_entry(entry.path, st)
+                    if isinstance(found, Found):
+                        yield Problem(found.path, needs_extra[os.path.splitext(name)[1].lower()])
             stack.extend(reversed(subfolders))  # depth first, in name order

@@ -18,7 +18,7 @@ from PIL.JpegImagePlugin import JpegImageFile
 
 from imgtxt.errors import ImgtxtError
 
-from .previews import RAW_SUFFIXES, RawError, embedded_preview, orient, raw_preview
+from .previews import PREVIEW_MIN_SIDE, RAW_SUFFIXES, RawError, embedded_preview, orient, raw_preview
 
 # Refuse images whose pixel count could exhaust memory (Pillow's own bomb check raises on > 2x this).
 MAX_PIXELS = 180_000_000
@@ -106,6 +106,8 @@ def load_rgb(path: Path | str, min_side: int = 256, previews: bool = False) -> I
                 im.seek(0)  # animated GIF/WebP: the first frame
             w, h = im.size
             scale = min_side / max(1, min(w, h))
+            if previews and im.format == "HEIF":
+                scale = max(min_side, PREVIEW_MIN_SIDE) / max(1, min(w, h))
             if scale < 1 and (isinstance(im, JpegImageFile) or (previews and im.format == "HEIF")):
                 # JPEG (MPO included): the largest 1/2^k DCT scale that keeps both sides >= the request.
                 # HEIF: pillow-heif's draft() picks the smallest thumbnail item at least that large.

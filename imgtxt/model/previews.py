@@ -17,6 +17,7 @@ from imgtxt.errors import ImgtxtError
 
 RAW_SUFFIXES = {".dng", ".cr2", ".cr3", ".nef", ".arw", ".raf", ".orf", ".rw2"}
 RAW_HINT = "camera RAW needs the raw extra: pip install '.[raw]' (rawpy)"
+PREVIEW_MIN_SIDE = 256   # never a preview under this short side, whatever the CNN's input size
 
 # MPF image types that are the same picture at a smaller size (CIPA DC-007 5.2.3.3.1). Others in the wild:
 # "Undefined" (Android Ultra HDR gain maps), disparity and multi-angle views, which are not the photo.
@@ -105,6 +106,7 @@ def embedded_preview(im: Image.Image, min_side: int) -> tuple[Image.Image, int |
     """The image to decode instead of `im` (possibly `im` itself, seeked to a preview frame) and the EXIF
     orientation to apply to it; (im, None) when there is no usable preview (the caller orients as usual).
     A HEIC thumbnail item is chosen by pillow-heif's own draft(), not here."""
+    min_side = max(min_side, PREVIEW_MIN_SIDE)
     if im.format == "MPO":
         orientation = exif_orientation(im)
         if mpf_preview(im, min_side):
