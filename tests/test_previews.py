@@ -144,3 +144,20 @@ def test_raw_without_the_extra_is_skipped_with_the_install_hint(tmp_path, withou
     write_dng(only_raw / "d.dng", picture((640, 480)))
     out = json.loads(library.run("index", only_raw, "--json", "-q").stdout)
     assert [f["reason"] for f in out["skipped_files"]] == [RAW_HINT]
+
+
+def test_index_with_previews_stores_the_previews_vector(tmp_path, library):
+    import sqlite3
+
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    main = picture()
+    path = write_mpf_jpeg(folder / "camera.jpg", main, main.resize((1616, 1212), Image.LANCZOS))
+    alone = folder / "preview.jpg"
+    alone.write_bytes(mpf_frame_bytes(path, 1))
+    library.run("index", folder, "--previews", "-q")
+    rows = dict(sqlite3.connect(library.index / "index.db").execute("SELECT path, embedding FROM photos"))
+    assert rows[str(path)] == rows[str(alone)]
+    library.run("index", folder, "--rebuild", "-q")   # without --previews: the main picture's vector
+    rows = dict(sqlite3.connect(library.index / "index.db").execute("SELECT path, embedding FROM photos"))
+    assert rows[str(path)] != rows[str(alone)]
