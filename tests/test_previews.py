@@ -161,3 +161,15 @@ def test_index_with_previews_stores_the_previews_vector(tmp_path, library):
     library.run("index", folder, "--rebuild", "-q")   # without --previews: the main picture's vector
     rows = dict(sqlite3.connect(library.index / "index.db").execute("SELECT path, embedding FROM photos"))
     assert rows[str(path)] != rows[str(alone)]
+
+
+def test_heic_thumbnail_item_used_only_when_large_enough(tmp_path):
+    pillow_heif = pytest.importorskip("pillow_heif", reason="pillow-heif is the heif extra (in the test extra)")
+    pillow_heif.register_heif_opener()
+    path = tmp_path / "IMG_0001.HEIC"
+    picture((1600, 1200)).save(path, quality=80, thumbnails=[400, 200])   # 400x300 and 200x150 thumbnail items
+    assert load_rgb(path, SIZE, previews=True).size == (400, 300)
+    assert load_rgb(path, SIZE).size == (1600, 1200)
+    small = tmp_path / "small.heic"
+    picture((1600, 1200)).save(small, quality=80, thumbnails=[320])      # 320x240: under 256 px
+    assert load_rgb(small, SIZE, previews=True).size == (1600, 1200)
