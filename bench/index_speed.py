@@ -244,6 +244,7 @@ def main() -> None:
     parser.add_argument("--photos-dir", default=None, help="where the photos are made once and reused")
     parser.add_argument("--repeat", type=int, default=1, help="timed rounds (medians are reported)")
     parser.add_argument("--stages", type=int, default=48, help="photos for the per-stage CPU costs (0: skip)")
+    parser.add_argument("--unique", type=int, default=48, help="photos encoded; the others are byte copies of them")
     args = parser.parse_args()
     photos_dir = args.photos_dir or str(Path(tempfile.gettempdir()) /
                                         ("imgtxt-bench-12mp-mpf" if args.previews else "imgtxt-bench-12mp"))
@@ -252,7 +253,7 @@ def main() -> None:
         tmp = Path(tmp)
         model = pick_model(args.model, tmp, args.backbone)
         t = time.perf_counter()
-        photos = make_photos(Path(photos_dir), args.large, preview=(1616, 1212) if args.previews else None)
+        photos = make_photos(Path(photos_dir), args.large, args.unique, preview=(1616, 1212) if args.previews else None)
         mb = sum(p.stat().st_size for p in photos) / len(photos) / 1e6
         print(f"{len(photos)} 4000x3000 JPEGs{' with a 1616x1212 MPF preview' if args.previews else ''}, "
               f"{mb:.1f} MB each ({time.perf_counter() - t:.0f} s to make or find)")
