@@ -324,7 +324,8 @@ class IndexRun:
         # The CNN loads here, only when something needs embedding.
         embedder = self.model.image_embedder(threads=max(1, (os.cpu_count() or 1) - self.workers))
         self.summary.device = embedder.device_line
-        self.log(f"imgtxt: the CNN runs on {self.summary.device}")
+        if self.progress:  # beside the progress bar; --json carries it as "device"
+            self.log(f"imgtxt: the CNN runs on {self.summary.device}")
         bar = None
         if self.progress:
             from tqdm import tqdm
