@@ -136,6 +136,7 @@ def test_raw_without_the_extra_is_skipped_with_the_install_hint(tmp_path, withou
         load_rgb(folder / "b.dng", SIZE)
     out = json.loads(library.run("index", folder, "--json", "-q").stdout)
     assert out["added"] == 1
+    assert out["device"].startswith("the CPU (")   # where the CNN ran (no GPU here)
     assert {f["path"].rsplit("/", 1)[1]: f["reason"] for f in out["skipped_files"]} == {"b.dng": RAW_HINT,
                                                                                        "c.CR2": RAW_HINT}
     # a folder holding only RAW files lists them too, instead of "no photos"
