@@ -25,7 +25,7 @@ def results(roots, **kwargs):
 def test_finds_photo_suffixes_recursively_and_case_insensitively(tmp_path):
     for name in ["a.jpg", "b.JPEG", "sub/c.png", "sub/deeper/d.webp", "e.bmp", "f.gif", "g.tiff", "h.TIF"]:
         touch(tmp_path / name)
-    for name in ["notes.txt", "movie.mp4", "raw.cr2", "noext"]:
+    for name in ["notes.txt", "movie.mp4", "raw.cr2.xmp", "noext"]:
         touch(tmp_path / name)
     found, problems = results([tmp_path])
     assert found == {"a.jpg", "b.JPEG", "sub/c.png", "sub/deeper/d.webp", "e.bmp", "f.gif", "g.tiff", "h.TIF"}
@@ -144,3 +144,16 @@ def test_heif_without_pillow_heif_is_listed_as_skipped_with_the_install(tmp_path
     found, problems = results([tmp_path])
     assert found == {"c.jpg"}
     assert problems == {name: "HEIC/HEIF photo (needs pillow-heif: pip install '.[heif]' in the imgtxt checkout)"}
+
+
+def test_camera_raw_is_found_with_the_raw_extra_and_a_problem_without(tmp_path, monkeypatch):
+    from imgtxt.library import scan as scan_module
+    from imgtxt.model.previews import RAW_HINT
+
+    for name in ["a.CR2", "b.nef", "c.dng"]:
+        touch(tmp_path / name)
+    monkeypatch.setattr(scan_module, "raw_available", lambda: True)
+    assert results([tmp_path]) == ({"a.CR2", "b.nef", "c.dng"}, {})
+    monkeypatch.setattr(scan_module, "raw_available", lambda: False)
+    assert results([tmp_path]) == (set(), {"a.CR2": RAW_HINT, "b.nef": RAW_HINT, "c.dng": RAW_HINT})
+    assert results([tmp_path / "c.dng"]) == (set(), {".": RAW_HINT})   # a single file given as a root

@@ -150,7 +150,9 @@ def _print_photos(matches, as_json: bool, preview: bool = False, library=None, n
 @click.option("--ray", metavar="ADDRESS", default=None,
               help="Embed on a Ray cluster: its address (ray://host:10001, auto), or 'local' for a Ray instance on "
                    "this machine. Needs the ray extra.")
-def index_photos(paths, exclude, index_dir, model, batch_size, workers, as_json, quiet, prune, rebuild, ray):
+@click.option("--previews", is_flag=True, help="Embed a photo from its embedded preview (a camera JPEG's MPF picture, a "
+              "HEIC thumbnail) when that is at least the CNN's input size: several times faster to decode.")
+def index_photos(paths, exclude, index_dir, model, batch_size, workers, as_json, quiet, prune, rebuild, ray, previews):
     """Index photo folders, incrementally.
 
     PATHS are folders (or single photos), indexed recursively. New and changed photos are embedded, moved ones
@@ -160,10 +162,11 @@ def index_photos(paths, exclude, index_dir, model, batch_size, workers, as_json,
     summary = _library(index_dir, model).index(
         list(paths), list(exclude), batch_size=batch_size, workers=workers, progress=progress, log=None if quiet else _say,
         notice=_say, on_model_load=(lambda: _say("imgtxt: loading model…")) if progress else None,
-        prune=prune, rebuild=rebuild, ray_address=ray)
+        prune=prune, rebuild=rebuild, ray_address=ray, previews=previews)
     if as_json:
         out = summary.as_dict()
         out["skipped_files"] = [{"path": p, "reason": r} for p, r in sorted(summary.skipped.items())]
+        out["device"] = summary.device
         sys.stdout.write(json.dumps(out, ensure_ascii=False) + "\n")
     else:
         click.echo(summary.line())

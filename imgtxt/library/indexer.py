@@ -17,17 +17,18 @@ from __future__ import annotations
 import os
 import sqlite3
 import sys
-from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from imgtxt.model.cnn_runtime import one_blas_thread
 from imgtxt.model.images import ImageError, in_order, register_heif
+from imgtxt.model.previews import RAW_HINT
 from imgtxt.safe_text import printable
 
 from . import vector_build
 from .index_folder import IndexLock, open_rebuild_store, swap_in_rebuild
+from .index_summary import Summary
 from .photo_paths import is_under, path_key
 from .photo_work import Work, decode, hash_work
 from .scan import Found, Problem, scan
@@ -42,38 +43,6 @@ from .store import (
 )
 
 
-@dataclass
-class Summary:
-    added: int = 0
-    updated: int = 0
-    moved: int = 0
-    removed: int = 0
-    unchanged: int = 0
-    skipped: dict[str, str] = field(default_factory=dict)       # path key -> reason (all bad files under the roots)
-    new_skips: list[tuple[str, str]] = field(default_factory=list)  # reported during this run
-    embedded: int = 0                                              # photos that went through the CNN
-    indexed: int = 0                                               # photos searchable after the run
-    model_note: str = ""
-    kept_offline: dict[str, int] = field(default_factory=dict)     # root -> photos kept although it is missing/empty
-    vector_index: str = ""                                         # what the run did to the search files
-
-    def reason_counts(self) -> Counter:
-        return Counter(reason.split(" (")[0] for reason in self.skipped.values())
-
-    def as_dict(self) -> dict:
-        return {"added": self.added, "updated": self.updated, "moved": self.moved, "removed": self.removed,
-                "unchanged": self.unchanged, "skipped": len(self.skipped), "embedded": self.embedded,
-                "indexed": self.indexed, "skipped_reasons": dict(self.reason_counts()),
-                "kept_offline": dict(self.kept_offline), "vector_index": self.vector_index}
-
-    def line(self) -> str:
-        text = (f"{self.added} added, {self.updated} updated, {self.moved} moved, {self.removed} removed, "
-                f"{self.unchanged} unchanged, {len(self.skipped)} skipped")
-        if self.skipped:
-            text += " (" + ", ".join(f"{n} {r}" for r, n in self.reason_counts().most_common()) + ")"
-        return text + f"; {self.indexed} photos searchable"
-
-
 class NoPhotos(StoreError):
     pass
 
@@ -82,12 +51,13 @@ class NoPhotos(StoreError):
 
 def run_index(index_dir: Path, roots: list[str], model, excludes=(), batch_size: int = 32, workers: int = 2,
               progress: bool = False, log=None, notice=None, prune: bool = False, rebuild: bool = False,
-              ray_address: str | None = None) -> Summary:
+              ray_address: str | None = None, previews: bool = False) -> Summary:
     """Index `roots` into the index folder. `log` gets per-file messages, `notice` the important ones.
 
     prune: drop the photos of a root that is missing or empty now. rebuild: build a new database from the
     photos into index.db.rebuild (a killed rebuild continues where it stopped) and swap it in only when it is
-    complete; the old index.db is kept as index.db.damaged. ray_address: embed on a Ray cluster (ray_index)."""
+    complete; the old index.db is kept as index.db.damaged. ray_address: embed on a Ray cluster (ray_index).
+    previews: decode a photo's embedded preview (MPF, EXIF, HEIC thumbnail) when it is large enough."""
     log = log or (lambda message: print(message, file=sys.stderr))
     roots = [os.path.abspath(r) for r in roots]
     register_heif()  # HEIC/HEIF photos when the optional pillow-heif is installed
@@ -105,6 +75,7 @@ def run_index(index_dir: Path, roots: list[str], model, excludes=(), batch_size:
             run = IndexRun(store, roots, model, batch_size, workers, progress, log, notice or log, prune)
             run.forgotten = forgotten_under(store, run.root_keys, notice or log)
             run.ray_address = ray_address  # embed on a Ray cluster (ray_index) instead of this process
+            run.previews = previews
             summary = run.execute(list(excludes))
             store.checkpoint()
         except sqlite3.DatabaseError as e:
@@ -141,6 +112,7 @@ class IndexRun:
         self.batch_size, self.workers, self.progress, self.log, self.notice = batch_size, workers, progress, log, notice
         self.summary = Summary()
         self.writes: list = []     # pending database writes (callables), committed together
+        self.previews = False      # decode embedded previews (images.load_rgb)
 
     def execute(self, excludes) -> Summary:
         found, problems = self.scan(excludes)
@@ -229,7 +201,8 @@ class IndexRun:
         skipped = self.store.skipped_rows()
         self.rows, self.old_skips = rows, skipped
         offline = self.offline_roots(found, problems, rows)
-        if not found and not any(is_under(k, self.root_keys) for k in rows):
+        waiting_for_extra = any(p.reason == RAW_HINT for p in problems)   # listed as skipped, with the hint
+        if not found and not waiting_for_extra and not any(is_under(k, self.root_keys) for k in rows):
             from .scan import photo_suffixes
 
             raise NoPhotos(f"no photos under {', '.join(self.roots)} "
@@ -327,9 +300,16 @@ class IndexRun:
             from .ray_index import embed_on_ray
 
             return embed_on_ray(self, to_embed, self.ray_address)
+        with one_blas_thread():
+            self.embed_here(to_embed)
+
+    def embed_here(self, to_embed: list[Work]) -> None:
         # Decoding costs ~4x the CNN per photo: the decoding threads get the cores, the CNN what is left.
         # The CNN loads here, only when something needs embedding.
         embedder = self.model.image_embedder(threads=max(1, (os.cpu_count() or 1) - self.workers))
+        self.summary.device = embedder.device_line
+        if self.progress:  # beside the progress bar; --json carries it as "device"
+            self.log(f"imgtxt: the CNN runs on {self.summary.device}")
         bar = None
         if self.progress:
             from tqdm import tqdm
@@ -354,7 +334,7 @@ class IndexRun:
 
         size = embedder.resize_size
         try:
-            for w, result in in_order(lambda w: decode(w, size), to_embed, self.workers, 4 * self.batch_size):
+            for w, result in in_order(lambda w: decode(w, size, self.previews), to_embed, self.workers, 4 * self.batch_size):
                 if isinstance(result, ImageError):
                     self.skip(w, str(result))
                 else:

@@ -97,7 +97,7 @@ class Library:
     @_database_errors
     def index(self, folders, exclude=(), batch_size: int = 32, workers: int = 2, progress: bool = False,
               log=None, notice=None, on_model_load=None, prune: bool = False, rebuild: bool = False,
-              ray_address: str | None = None):
+              ray_address: str | None = None, previews: bool = False):
         """Index folders (or single photos) incrementally; returns indexer.Summary.
 
         `log(message)` gets per-file messages, `notice(message)` important ones, `on_model_load()` is called
@@ -105,6 +105,8 @@ class Library:
         `prune`: drop the photos of a folder that is missing or empty now (kept by default: an unplugged drive
         looks the same). `rebuild`: build a new database from the photos, swapped in only when complete.
         `ray_address`: embed on a Ray cluster ('local', 'auto' or ray://host:port) instead of this process.
+        `previews`: decode a photo's embedded preview (camera JPEGs' MPF picture, HEIC thumbnail) when it is at
+        least the CNN's input size, instead of the full picture.
         """
         from .indexer import run_index
 
@@ -114,7 +116,7 @@ class Library:
         try:
             summary = run_index(self.index_dir, roots, model, exclude, batch_size=batch_size, workers=workers,
                                 progress=progress, log=log or (lambda message: None), notice=notice, prune=prune,
-                                rebuild=rebuild, ray_address=ray_address)
+                                rebuild=rebuild, ray_address=ray_address, previews=previews)
         except KeyboardInterrupt:
             raise Interrupted(self._keep_committed(model, roots)) from None
         finally:

@@ -43,12 +43,13 @@ def hash_work(work: Work) -> Work:
     return work
 
 
-def decode(work: Work, size: int):
-    """(square (size, size, 3) uint8, width, height) or an ImageError. Runs in a worker thread."""
+def decode(work: Work, size: int, previews: bool = False):
+    """(square (size, size, 3) uint8, width, height) or an ImageError. Runs in a worker thread.
+    previews: from the file's embedded preview when it has a usable one (images.load_rgb)."""
     from PIL import Image
 
     try:
-        image = load_rgb(work.path, min_side=size)
+        image = load_rgb(work.path, min_side=size, previews=previews)
         width, height = image.info["original_size"]  # the true size: draft mode decoded a reduced one
         if (image.width < image.height) != (width < height) and image.width != image.height:
             width, height = height, width       # EXIF rotation

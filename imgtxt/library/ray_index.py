@@ -33,7 +33,7 @@ class ClusterError(ImgtxtError):
 class EmbedWorker:
     """One per Ray worker slot: holds the model and its CNN, embeds chunks of photos."""
 
-    def __init__(self, model_files: dict[str, bytes], workers: int, threads: int):
+    def __init__(self, model_files: dict[str, bytes], workers: int, threads: int, previews: bool = False):
         import shutil
 
         from imgtxt.model.cnn_runtime import onnx_embedder
@@ -51,7 +51,7 @@ class EmbedWorker:
                 self.embedder = ImageEmbedder(self.model)
         finally:
             shutil.rmtree(folder, ignore_errors=True)  # everything is loaded into memory by now
-        self.workers = workers
+        self.workers, self.previews = workers, previews
 
     def embed(self, paths: list[str]) -> list:
         """photo paths -> [(vector bytes, width, height) or an error string], in order."""
@@ -64,13 +64,16 @@ class EmbedWorker:
         size = self.embedder.resize_size
         results: list = [None] * len(works)
         decoded = []
-        for i, (_, result) in enumerate(in_order(lambda w: decode(w, size), works, self.workers, len(works))):
+        for i, (_, result) in enumerate(in_order(lambda w: decode(w, size, self.previews), works, self.workers, len(works))):
             if isinstance(result, ImageError):
                 results[i] = str(result)
             else:
                 decoded.append((i, result))
         if decoded:
-            vectors = self.embedder.embed(np.stack([square for _, (square, _, _) in decoded])).astype(np.float32)
+            from imgtxt.model.cnn_runtime import one_blas_thread
+
+            with one_blas_thread():
+                vectors = self.embedder.embed(np.stack([square for _, (square, _, _) in decoded])).astype(np.float32)
             for (i, (_, width, height)), vector in zip(decoded, vectors):
                 results[i] = (encode_vector(vector), width, height)   # float16, as a local run stores it
         return results
@@ -127,7 +130,7 @@ def _embed_chunks(ray, run, to_embed: list, cpus_per_worker: int, in_flight: int
     chunks = [to_embed[s:s + run.batch_size] for s in range(0, len(to_embed), run.batch_size)]
     actor_class = ray.remote(num_cpus=cpus_per_worker)(EmbedWorker)
     files = ray.put(model_files(run.model))
-    actors = [actor_class.remote(files, max(1, cpus_per_worker), cpus_per_worker)
+    actors = [actor_class.remote(files, max(1, cpus_per_worker), cpus_per_worker, run.previews)
               for _ in range(min(slots, len(chunks)))]
     pending: deque = deque()
     next_chunk = 0

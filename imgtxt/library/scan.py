@@ -18,6 +18,7 @@ from fnmatch import fnmatch
 from typing import Iterable, Iterator
 
 from imgtxt.model.images import HEIF_SUFFIXES, PHOTO_SUFFIXES, heif_available
+from imgtxt.model.previews import RAW_HINT, RAW_SUFFIXES, raw_available
 
 SKIP_DIR_NAMES = {"@eaDir", ".git", "node_modules", "System Volume Information", "$RECYCLE.BIN", "__MACOSX"}
 
@@ -36,17 +37,19 @@ class Problem:
 
 
 def photo_suffixes() -> set[str]:
-    return PHOTO_SUFFIXES | (HEIF_SUFFIXES if heif_available() else set())
+    return (PHOTO_SUFFIXES | (HEIF_SUFFIXES if heif_available() else set())
+            | (RAW_SUFFIXES if raw_available() else set()))
 
 
 def suffixes_needing_extras() -> dict[str, str]:
-    """Photo suffixes this install cannot decode -> the skip reason, with the install that fixes it."""
+    """Photo suffixes this install cannot decode -> the skip reason, with the install that fixes it (HEIC/HEIF
+    without pillow-heif, camera RAW without rawpy): such photos are listed as skipped, never silently dropped."""
     from imgtxt.errors import install_hint
 
-    if heif_available():
-        return {}
-    reason = f"HEIC/HEIF photo (needs pillow-heif: {install_hint('heif')})"
-    return {suffix: reason for suffix in HEIF_SUFFIXES}
+    needs = {} if raw_available() else dict.fromkeys(RAW_SUFFIXES, RAW_HINT)
+    if not heif_available():
+        needs.update(dict.fromkeys(HEIF_SUFFIXES, f"HEIC/HEIF photo (needs pillow-heif: {install_hint('heif')})"))
+    return needs
 
 
 def is_hidden(name: str) -> bool:
@@ -108,6 +111,9 @@ def scan(roots: Iterable[str], excludes: Iterable[str] = (),
             continue
         if not stat.S_ISDIR(st.st_mode):
             entry = file_entry(root, st)
+            extra_hint = needs_extra.get(os.path.splitext(root)[1].lower())
+            if extra_hint and isinstance(entry, Found):
+                entry = Problem(root, extra_hint)
             if entry is not None:
                 yield entry
             continue
@@ -149,5 +155,7 @@ def scan(roots: Iterable[str], excludes: Iterable[str] = (),
                     if found is not None:
                         yield found
                 elif needs_extra and os.path.splitext(name)[1].lower() in needs_extra:
-                    yield Problem(entry.path, needs_extra[os.path.splitext(name)[1].lower()])
+                    found = file_entry(entry.path, st)
+                    if isinstance(found, Found):
+                        yield Problem(found.path, needs_extra[os.path.splitext(name)[1].lower()])
             stack.extend(reversed(subfolders))  # depth first, in name order

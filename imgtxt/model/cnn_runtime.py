@@ -7,6 +7,9 @@ Where a graph is looked for, in order:
   2. <cache>/cnn/<backbone>-<layers>-<crops>.onnx  (written by the first `imgtxt index` that had torch)
 IMGTXT_CNN_RUNTIME=torch forces the torch path (comparisons); =openvino or =onnxruntime picks that runtime
 and refuses to fall back to torch.
+Device: where ONNX Runtime offers CUDA (the gpu extra, onnxruntime-gpu) the graph runs on the NVIDIA GPU, and on
+the CPU when the session cannot start there (no GPU, no driver). IMGTXT_DEVICE=cpu keeps it on the CPU; =gpu
+refuses to run without one. `extractor.device_line` says which it got.
 """
 from __future__ import annotations
 
@@ -21,6 +24,9 @@ import numpy as np
 from imgtxt.errors import ModelError
 
 RUNTIME_ENV = "IMGTXT_CNN_RUNTIME"
+DEVICE_ENV = "IMGTXT_DEVICE"
+CUDA = "CUDAExecutionProvider"
+GPU_HINT = "install the gpu extra in place of onnxruntime: pip uninstall onnxruntime; pip install '.[gpu]'"
 
 
 class GraphError(ModelError):
@@ -53,14 +59,27 @@ def available_backends() -> list[str]:
     return [b for b in BACKENDS if importlib.util.find_spec(b) is not None]
 
 
+def cuda_offered() -> bool:
+    """ONNX Runtime was built with CUDA (onnxruntime-gpu); whether a GPU is there shows when a session starts."""
+    if "onnxruntime" not in available_backends():
+        return False
+    import onnxruntime as ort
+
+    return CUDA in ort.get_available_providers()
+
+
 class OnnxFeatureExtractor:
     """uint8 squares (N, R, R, 3) -> raw FNE features (N, D) float32, from the exported graph on the CPU.
 
-    backend "openvino" or "onnxruntime" (always fp32); precision "fp32", "bf16" or "auto" (OpenVINO only)."""
+    backend "openvino" or "onnxruntime" (always fp32); precision "fp32", "bf16" or "auto" (OpenVINO only).
+    gpu: ask ONNX Runtime for CUDA first; `self.device` is then "cuda" if the session got it, else "cpu"."""
 
     def __init__(self, path: Path | str, threads: int | None = None, backend: str | None = None,
-                 precision: str = "fp32", compile_cache: bool = True):
+                 precision: str = "fp32", compile_cache: bool = True, gpu: bool = False):
         self.path, self.precision, self.compile_cache = Path(path), precision, compile_cache
+        self.device = "cpu"
+        if gpu:
+            backend, self.precision = "onnxruntime", "fp32"
         backends = available_backends()
         self.backend = backend or (backends[0] if backends else "onnxruntime")
         threads = threads or os.cpu_count() or 1
@@ -68,7 +87,7 @@ class OnnxFeatureExtractor:
             if self.backend == "openvino":
                 props = self._open_openvino(threads)
             else:
-                props = self._open_onnxruntime(threads)
+                props = self._open_onnxruntime(threads, gpu)
         except ImportError:
             raise GraphError(f"the {self.backend} package is not installed") from None
         except GraphError:
@@ -82,14 +101,20 @@ class OnnxFeatureExtractor:
         except (KeyError, ValueError, TypeError):
             raise GraphError(f"{self.path}: not an imgtxt CNN graph (no settings stored in it)") from None
 
-    def _open_onnxruntime(self, threads: int) -> dict:
+    def _open_onnxruntime(self, threads: int, gpu: bool = False) -> dict:
+        import warnings
+
         import onnxruntime as ort
 
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
         # Decoding threads share the cores: idle CNN threads must sleep, not spin.
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        session = ort.InferenceSession(str(self.path), options, providers=["CPUExecutionProvider"])
+        providers = [CUDA, "CPUExecutionProvider"] if gpu else ["CPUExecutionProvider"]
+        with warnings.catch_warnings():  # a CUDA provider that cannot start: ONNX Runtime warns and uses the CPU
+            warnings.simplefilter("ignore")
+            session = ort.InferenceSession(str(self.path), options, providers=providers)
+        self.device = "cuda" if session.get_providers()[0] == CUDA else "cpu"
         name = session.get_inputs()[0].name
         self._run = lambda squares: session.run(None, {name: squares})[0]
         return session.get_modelmeta().custom_metadata_map
@@ -130,6 +155,13 @@ class OnnxFeatureExtractor:
         self._run = run
         return props
 
+    @property
+    def device_line(self) -> str:
+        if self.device == "cuda":
+            return "the GPU (CUDA, ONNX Runtime)"
+        name = {"openvino": "OpenVINO", "onnxruntime": "ONNX Runtime"}.get(self.backend, self.backend)
+        return f"the CPU ({name}, {self.precision})"
+
     def matches(self, features: dict) -> bool:
         m = self.meta
         same_weights = m.get("backbone_id") == features["backbone_id"] or (
@@ -155,8 +187,38 @@ class OnnxImageEmbedder:
     def resize_size(self) -> int:
         return self.extractor.resize_size
 
+    @property
+    def device_line(self) -> str:
+        return self.extractor.device_line
+
     def embed(self, squares: np.ndarray) -> np.ndarray:
         return self.model.encode_raw_images(self.extractor.raw_features(squares))
+
+
+def open_extractor(path: Path, threads: int | None, backend: str | None, precision: str,
+                   device: str = "auto", notice=None) -> OnnxFeatureExtractor:
+    """The graph at `path` on the GPU when ONNX Runtime offers CUDA and a session starts there (device "auto"
+    or "gpu"), else on the CPU with `backend`. device "gpu" refuses the CPU; "cpu" never tries the GPU."""
+    if device != "cpu" and backend in (None, "onnxruntime") and cuda_offered():
+        extractor = OnnxFeatureExtractor(path, threads, "onnxruntime", precision, gpu=True)
+        if extractor.device == "cuda":
+            return extractor
+        if device == "gpu":
+            raise GraphError(f"{DEVICE_ENV}=gpu but ONNX Runtime could not start CUDA (no NVIDIA GPU or driver?)")
+        if notice:
+            notice("imgtxt: ONNX Runtime offers CUDA but could not start it (no GPU or driver?): the CNN runs on the CPU")
+    elif device == "gpu":
+        raise GraphError(f"{DEVICE_ENV}=gpu but ONNX Runtime has no CUDA provider: {GPU_HINT}")
+    return OnnxFeatureExtractor(path, threads, backend, precision)
+
+
+def one_blas_thread():
+    """A context limiting BLAS (numpy's OpenBLAS/MKL) to one thread, as the index path's numpy work wants: the
+    FNE standardisation and projection are small matmuls per batch, and a second BLAS thread spins against the
+    decoding threads (16.5 ms CPU per photo with two OpenBLAS threads against 1.1 ms with one, on 2 cores)."""
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=1, user_api="blas")
 
 
 def export_to_cache(model) -> Path | None:
@@ -177,6 +239,9 @@ def export_to_cache(model) -> Path | None:
 def onnx_embedder(model, threads: int | None = None, export: bool = True, notice=None):
     """The ONNX embedder for `model`, exporting its graph first if needed and possible; None -> use torch."""
     choice = os.environ.get(RUNTIME_ENV, "").lower()
+    device = os.environ.get(DEVICE_ENV, "auto").lower()
+    if device not in ("auto", "cpu", "gpu"):
+        raise GraphError(f"{DEVICE_ENV}={device}: use auto, cpu or gpu")
     if choice == "torch":
         return None
     backend = choice if choice in BACKENDS else None
@@ -186,7 +251,7 @@ def onnx_embedder(model, threads: int | None = None, export: bool = True, notice
         return None
     for path in graph_paths(model):
         if path.is_file():
-            extractor = OnnxFeatureExtractor(path, threads, backend, model.features.get("precision", "fp32"))
+            extractor = open_extractor(path, threads, backend, model.features.get("precision", "fp32"), device, notice)
             if extractor.matches(model.features):
                 return OnnxImageEmbedder(model, extractor)
             if path.name == "cnn.onnx":
@@ -197,7 +262,7 @@ def onnx_embedder(model, threads: int | None = None, export: bool = True, notice
             notice("imgtxt: exporting the CNN to ONNX once (later runs start without torch)")
         path = export_to_cache(model)
         if path is not None:
-            return onnx_embedder(model, threads, export=False)
+            return onnx_embedder(model, threads, export=False, notice=notice)
     if choice:
         raise GraphError(f"{RUNTIME_ENV}={choice} but there is no CNN graph for {model.folder}")
     return None

@@ -65,6 +65,11 @@ class ImageEmbedder:
     def resize_size(self) -> int:
         return self.extractor.resize_size
 
+    @property
+    def device_line(self) -> str:
+        device = str(getattr(self.extractor, "device", "cpu"))
+        return f"the {'GPU' if device.startswith('cuda') else 'CPU'} (torch, {device})"
+
     def embed(self, images: np.ndarray) -> np.ndarray:
         """(B, R, R, 3) uint8 squares from `images.load_square(path, self.resize_size)` -> (B, D)."""
         return self.model.encode_raw_images(self.extractor(images))

@@ -9,12 +9,23 @@ from __future__ import annotations
 import os
 import stat
 import warnings
+from contextlib import ExitStack
 from pathlib import Path
 
 import numpy as np
 from PIL import Image, ImageFile, ImageOps
+from PIL.JpegImagePlugin import JpegImageFile
 
 from imgtxt.errors import ImgtxtError
+
+from .previews import (
+    PREVIEW_MIN_SIDE,
+    RAW_SUFFIXES,
+    RawError,
+    embedded_preview,
+    orient,
+    raw_preview,
+)
 
 # Refuse images whose pixel count could exhaust memory (Pillow's own bomb check raises on > 2x this).
 MAX_PIXELS = 180_000_000
@@ -72,45 +83,62 @@ def open_regular(path: Path | str):
     return open(path, "rb", opener=regular_opener)
 
 
-def load_rgb(path: Path | str, min_side: int = 256) -> Image.Image:
+def load_rgb(path: Path | str, min_side: int = 256, previews: bool = False) -> Image.Image:
     """Open a photo as an upright RGB image whose shorter side is still >= min_side if it was.
 
+    previews: decode the smallest embedded preview of at least min_side px (MPF, EXIF, HEIC thumbnail) instead
+    of the main picture when the file has one (`previews`). Camera RAW files always give their preview.
     Raises ImageError with a one-line reason for anything that is not a usable photo.
     """
     path = Path(path)
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), ExitStack() as stack:
             # Pillow warns (instead of raising) for images just over MAX_IMAGE_PIXELS: make it an error.
             warnings.simplefilter("error", Image.DecompressionBombWarning)
-            with open_regular(path) as file, Image.open(file) as im:
-                if im.width * im.height > MAX_PIXELS:
-                    raise ImageError(f"too many pixels ({im.width}x{im.height}), refusing as a decompression bomb")
+            file = stack.enter_context(open_regular(path))
+            orientation = None  # None: the image's own EXIF orientation (exif_transpose)
+            if path.suffix.lower() in RAW_SUFFIXES:
+                im, orientation, original_size = raw_preview(file)
+                stack.enter_context(im)
+            else:
+                im = stack.enter_context(Image.open(file))
                 original_size = im.size  # before draft() shrinks it: callers need the photo's true size
-                if im.format == "JPEG":
-                    # draft() picks the largest 1/2^k scale that keeps both sides >= the request.
-                    w, h = im.size
-                    scale = min_side / max(1, min(w, h))
-                    if scale < 1:
-                        im.draft("RGB", (max(1, int(w * scale)), max(1, int(h * scale))))
+            if im.width * im.height > MAX_PIXELS:
+                raise ImageError(f"too many pixels ({im.width}x{im.height}), refusing as a decompression bomb")
+            if previews and orientation is None:
+                preview, orientation = embedded_preview(im, min_side)
+                if preview is not im:  # an EXIF thumbnail: its own Image, closed with the file
+                    im = stack.enter_context(preview)
+            else:
                 im.seek(0)  # animated GIF/WebP: the first frame
-                im.load()
-                im = ImageOps.exif_transpose(im)
-                if im.mode in ("RGBA", "LA", "P", "PA") or "transparency" in im.info:
-                    # Transparent pixels over white, rather than whatever colour they hide.
-                    rgba = im.convert("RGBA")
-                    background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
-                    im = Image.alpha_composite(background, rgba).convert("RGB")
-                elif im.mode in ("I;16", "I;16B", "I;16L", "I", "F"):
-                    # 16-bit/float greyscale: scale to 8 bits instead of clipping everything to white.
-                    arr = np.asarray(im, dtype=np.float64)
-                    top = arr.max() or 1.0
-                    im = Image.fromarray(np.clip(arr * (255.0 / top), 0, 255).astype(np.uint8)).convert("RGB")
-                else:
-                    im = im.convert("RGB")  # CMYK, L, YCbCr, ...
-                im.info["original_size"] = original_size
-                return im
+            w, h = im.size
+            scale = min_side / max(1, min(w, h))
+            if previews and im.format == "HEIF":
+                scale = max(min_side, PREVIEW_MIN_SIDE) / max(1, min(w, h))
+            if scale < 1 and (isinstance(im, JpegImageFile) or (previews and im.format == "HEIF")):
+                # JPEG (MPO included): the largest 1/2^k DCT scale that keeps both sides >= the request.
+                # HEIF: pillow-heif's draft() picks the smallest thumbnail item at least that large.
+                im.draft("RGB", (max(1, int(w * scale)), max(1, int(h * scale))))
+            im.load()
+            im = ImageOps.exif_transpose(im) if orientation is None else orient(im, orientation)
+            if im.mode in ("RGBA", "LA", "P", "PA") or "transparency" in im.info:
+                # Transparent pixels over white, rather than whatever colour they hide.
+                rgba = im.convert("RGBA")
+                background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+                im = Image.alpha_composite(background, rgba).convert("RGB")
+            elif im.mode in ("I;16", "I;16B", "I;16L", "I", "F"):
+                # 16-bit/float greyscale: scale to 8 bits instead of clipping everything to white.
+                arr = np.asarray(im, dtype=np.float64)
+                top = arr.max() or 1.0
+                im = Image.fromarray(np.clip(arr * (255.0 / top), 0, 255).astype(np.uint8)).convert("RGB")
+            else:
+                im = im.convert("RGB")  # CMYK, L, YCbCr, ...
+            im.info["original_size"] = original_size
+            return im
     except ImageError:
         raise
+    except RawError as e:
+        raise ImageError(str(e)) from None
     except NotRegularFile:
         raise ImageError("not a regular file") from None
     except FileNotFoundError:

@@ -14,7 +14,12 @@ import numpy as np
 
 from imgtxt.errors import ModelError
 from imgtxt.model import concepts
-from imgtxt.model.modelfile import IMAGE_PROJECTION, TrainedModel, image_tensor_names, save_model
+from imgtxt.model.modelfile import (
+    IMAGE_PROJECTION,
+    TrainedModel,
+    image_tensor_names,
+    save_model,
+)
 from imgtxt.model.text_encoders import tensor_names, text_config_of
 
 from .datasets import CAPTIONS_PER_IMAGE, load_split

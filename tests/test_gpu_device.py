@@ -1,0 +1,97 @@
+"""Where the CNN graph runs: the GPU when ONNX Runtime offers CUDA and a session starts there, else the CPU.
+No GPU here: ONNX Runtime's provider list and session are replaced to stand for a machine that has one."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+ort = pytest.importorskip("onnxruntime", reason="onnxruntime is in the test extra")
+
+from imgtxt.model import cnn_runtime  # noqa: E402
+from imgtxt.model.cnn_runtime import CUDA, GraphError, open_extractor  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def graph(tmp_path_factory):
+    """A tiny graph with an imgtxt CNN graph's interface: uint8 (N, 8, 8, 3) -> per-channel means (N, 3)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    nodes = [helper.make_node("Cast", ["squares"], ["pixels"], to=TensorProto.FLOAT),
+             helper.make_node("ReduceMean", ["pixels", "axes"], ["features"], keepdims=0)]
+    axes = helper.make_tensor("axes", TensorProto.INT64, [2], [1, 2])
+    model = helper.make_model(helper.make_graph(
+        nodes, "means", [helper.make_tensor_value_info("squares", TensorProto.UINT8, [None, 8, 8, 3])],
+        [helper.make_tensor_value_info("features", TensorProto.FLOAT, [None, 3])], [axes]),
+        opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    from imgtxt.model.cnn_export import GRAPH_FORMAT
+
+    onnx.helper.set_model_props(model, {"format": json.dumps(GRAPH_FORMAT), "resize_size": json.dumps(8),
+                                        "dim": json.dumps(3)})
+    path = tmp_path_factory.mktemp("graph") / "cnn.onnx"
+    onnx.save(model, path)
+    return path
+
+
+class FakeCudaSession(ort.InferenceSession):
+    """A session that got the CUDA provider (it computes on the CPU: the numbers are what is checked)."""
+    requested: list = []
+
+    def __init__(self, path, options=None, providers=None, **kwargs):
+        FakeCudaSession.requested.append(list(providers))
+        self.granted = list(providers)
+        super().__init__(path, options, providers=["CPUExecutionProvider"])
+
+    def get_providers(self):
+        return self.granted
+
+
+@pytest.fixture()
+def cuda_offered(monkeypatch):
+    monkeypatch.setattr(ort, "get_available_providers", lambda: [CUDA, "CPUExecutionProvider"])
+
+
+def test_gpu_is_used_by_default_when_cuda_starts(graph, cuda_offered, monkeypatch):
+    monkeypatch.setattr(ort, "InferenceSession", FakeCudaSession)
+    FakeCudaSession.requested.clear()
+    extractor = open_extractor(graph, 2, None, "fp32")
+    assert extractor.device == "cuda" and extractor.backend == "onnxruntime"
+    assert FakeCudaSession.requested == [[CUDA, "CPUExecutionProvider"]]
+    assert extractor.device_line == "the GPU (CUDA, ONNX Runtime)"
+    squares = np.random.default_rng(0).integers(0, 256, (4, 8, 8, 3), dtype=np.uint8)
+    np.testing.assert_allclose(extractor.raw_features(squares), squares.mean(axis=(1, 2)), rtol=1e-6)
+
+
+def test_cuda_offered_but_no_gpu_falls_back_to_the_cpu(graph, cuda_offered):
+    """onnxruntime-gpu on a machine without a GPU: the real session starts on the CPU, and says so."""
+    notices = []
+    extractor = open_extractor(graph, 2, None, "fp32", notice=notices.append)
+    assert extractor.device == "cpu" and extractor.device_line.startswith("the CPU (")
+    assert notices and "could not start" in notices[0]
+    with pytest.raises(GraphError, match="could not start CUDA"):
+        open_extractor(graph, 2, None, "fp32", device="gpu")
+
+
+def test_no_cuda_provider_means_the_cpu_runtime_of_choice(graph):
+    assert not cnn_runtime.cuda_offered()            # this machine: no onnxruntime-gpu
+    extractor = open_extractor(graph, 2, None, "fp32")
+    assert extractor.device == "cpu"
+    assert extractor.backend == cnn_runtime.available_backends()[0]   # OpenVINO where installed, as before
+    with pytest.raises(GraphError, match=r"pip install '\.\[gpu\]'"):
+        open_extractor(graph, 2, None, "fp32", device="gpu")
+
+
+def test_device_cpu_never_tries_the_gpu(graph, cuda_offered, monkeypatch):
+    monkeypatch.setattr(ort, "InferenceSession", FakeCudaSession)
+    FakeCudaSession.requested.clear()
+    extractor = open_extractor(graph, 2, "onnxruntime", "fp32", device="cpu")
+    assert extractor.device == "cpu" and FakeCudaSession.requested == [["CPUExecutionProvider"]]
+
+
+def test_device_setting_is_checked(monkeypatch, tiny_model):
+    monkeypatch.setenv("IMGTXT_DEVICE", "tpu")
+    with pytest.raises(GraphError, match="use auto, cpu or gpu"):
+        cnn_runtime.onnx_embedder(tiny_model, export=False)
