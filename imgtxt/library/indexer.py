@@ -9,11 +9,12 @@ committed photos as unchanged. The vector search files follow SQLite at the end 
 only what changed (vector_build.sync).
 
 A run only ever touches rows under its own roots: photos of other folders (an unplugged drive) are never
-opened nor removed, and a root that is missing or empty although it held photos keeps them unless
-`prune=True` (an unmounted drive looks exactly like an emptied folder).
+opened nor removed, and a root or a mount point that cannot be reached (missing, a broken link, empty, no
+longer mounted) keeps its photos unless `prune=True`: the rule is reach.py's.
 """
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import sys
@@ -26,7 +27,7 @@ import numpy as np
 from imgtxt.model.images import ImageError, in_order, register_heif
 from imgtxt.safe_text import printable
 
-from . import vector_build
+from . import reach, vector_build
 from .index_folder import IndexLock, open_rebuild_store, swap_in_rebuild
 from .photo_paths import is_under, path_key
 from .photo_work import Work, decode, hash_work
@@ -167,7 +168,8 @@ class IndexRun:
         found: dict[str, Found] = {}
         problems: list[Problem] = []
         roots = [r for r in self.roots if os.path.lexists(r)]
-        for entry in scan(roots, excludes):
+        self.scanned_mounts: set[str] = set()
+        for entry in scan(roots, excludes, mounts=self.scanned_mounts):
             if isinstance(entry, Found):
                 found[path_key(entry.path)] = entry
             else:
@@ -176,25 +178,22 @@ class IndexRun:
 
     # ------------------------------------------------------------------ 2. compare with the database, opening nothing
     def offline_roots(self, found: dict[str, Found | None], problems: list[Problem], rows: dict) -> list[str]:
-        """Roots that are missing or show nothing although the index holds photos under them: an unmounted
-        drive or an empty mount point. Their photos are kept (counted in the summary) unless --prune.
-        `rows` may leave out the rows that matched the disk: a root that shows nothing has none of those."""
-        offline = []
+        """The folders whose photos are kept because they cannot be reached now (reach.py's rule), with a
+        notice for each. `rows` may leave out the rows that matched the disk: an unreachable folder has none."""
         for root, key in zip(self.roots, self.root_keys):
-            held = sum(1 for k in rows if is_under(k, [key]))
-            shows_something = any(is_under(k, [key]) for k in found) or \
-                any(is_under(path_key(p.path), [key]) for p in problems)
-            if not os.path.lexists(root) and not held:
+            if not os.path.lexists(root) and not any(is_under(k, [key]) for k in rows):
                 raise StoreError(f"no such folder: {root}")
-            if held and not shows_something:
-                if self.prune:
-                    self.notice(f"imgtxt: {root} is missing or empty: removing its {held} photos (--prune)")
-                else:
-                    offline.append(key)
-                    self.summary.kept_offline[printable(root)] = held
-                    self.notice(f"imgtxt: {printable(root)} is missing or empty (an unplugged drive?): kept its "
-                                f"{held} photos; pass --prune to remove them")
-        return offline
+        self.reach = reach.decide(self.roots, found.keys(), problems, rows.keys(), self.store.meta(),
+                                  self.scanned_mounts, self.prune)
+        for key, reason in self.reach.pruned.items():
+            held = sum(1 for k in rows if is_under(k, [key]))
+            self.notice(f"imgtxt: {printable(key)} cannot be reached ({reason}): removing its {held} photos (--prune)")
+        for key, reason in self.reach.offline.items():
+            held = sum(1 for k in rows if is_under(k, [key]))
+            self.summary.kept_offline[printable(key)] = held
+            self.notice(f"imgtxt: {printable(key)} cannot be reached ({reason}; an unplugged drive?): kept its "
+                        f"{held} photos; pass --prune to remove them")
+        return self.reach.keep
 
     def compare(self, found: dict[str, Found | None], problems: list[Problem]) -> tuple[list[Work], set[str]]:
         # Streamed: a row that matches the disk (nearly every row of a rerun) is counted and dropped, and its
@@ -239,10 +238,8 @@ class IndexRun:
             work.append(Work(entry.path, entry.size, entry.mtime_ns, row))
         # Only rows under this run's roots can vanish; rows elsewhere are never opened, stat'ed nor removed
         # (their drive may be unplugged, and a path the database merely names could be anything, /dev/zero).
-        # A folder that could not be read this time (permissions, a path too long) keeps its photos too.
-        unread = [path_key(p.path) for p in problems if p.reason.startswith(("cannot read folder", "path too long"))]
-        keep = offline + unread
-        vanished = {k for k in rows if k not in found and is_under(k, self.root_keys) and not is_under(k, keep)}
+        # Neither do the photos of a folder that cannot be reached (reach.py).
+        vanished = {k for k in rows if k not in found and is_under(k, self.root_keys) and not is_under(k, offline)}
         return work, vanished
 
     # ------------------------------------------------------------------ 3. hash; known content keeps its vector
@@ -370,4 +367,4 @@ class IndexRun:
             self.log(f"imgtxt: {synced.line()}")
         store.set_meta(model_id=self.model_id, model_folder=str(Path(self.model.folder).resolve()),
                        similarity=self.model.similarity_kind, embed_dim=dim, last_run=now_iso(),
-                       photos=summary.indexed)
+                       photos=summary.indexed, **{reach.MOUNTS_META: json.dumps(self.reach.mounts)})
