@@ -40,6 +40,7 @@ from .store import (
     make_private_dir,
     now_iso,
     write_error,
+    write_folders,
 )
 
 
@@ -106,6 +107,7 @@ def run_index(index_dir: Path, roots: list[str], model, excludes=(), batch_size:
             run = IndexRun(store, roots, model, batch_size, workers, progress, log, notice or log, prune)
             run.ray_address = ray_address  # embed on a Ray cluster (ray_index) instead of this process
             summary = run.execute(list(excludes))
+            write_folders(store, add=roots)  # under the lock: another run cannot take it before the run is done
             store.checkpoint()
         except sqlite3.DatabaseError as e:
             raise classify(e, store.db_path) from None

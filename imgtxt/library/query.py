@@ -191,11 +191,26 @@ def caption_cache_dir() -> Path:
     return cache_dir() / "captions"
 
 
+MAX_CAPTIONS_BYTES = 64 << 20   # ~1M captions; /dev/zero or a huge file is refused, not read without bound
+
+
 def read_captions(file: Path) -> list[str]:
+    """A UTF-8 file of captions, one per line: a regular file of at most MAX_CAPTIONS_BYTES."""
+    from imgtxt.model.images import NotRegularFile, regular_opener
+
     try:
-        captions = [line.strip() for line in Path(file).read_text(encoding="utf-8").splitlines() if line.strip()]
-    except (OSError, UnicodeDecodeError) as e:
-        raise QueryError(f"{file}: cannot read captions ({e})") from None
+        with open(file, "rb", opener=regular_opener) as f:
+            data = f.read(MAX_CAPTIONS_BYTES + 1)
+    except NotRegularFile:
+        raise QueryError(f"{file}: not a regular file (captions are read from a text file)") from None
+    except OSError as e:
+        raise QueryError(f"{file}: cannot read captions ({e.strerror or e})") from None
+    if len(data) > MAX_CAPTIONS_BYTES:
+        raise QueryError(f"{file}: over {MAX_CAPTIONS_BYTES >> 20} MB of captions; pass a shorter list")
+    try:
+        captions = [line.strip() for line in data.decode("utf-8").splitlines() if line.strip()]
+    except UnicodeDecodeError as e:
+        raise QueryError(f"{file}: captions must be UTF-8 text (byte {e.start} is not)") from None
     if not captions:
         raise QueryError(f"{file}: no captions in it (one caption per line)")
     return captions
