@@ -28,7 +28,8 @@ from imgtxt.model.images import ImageError, in_order, register_heif
 from imgtxt.safe_text import printable
 
 from . import reach, vector_build
-from .index_folder import IndexLock, open_rebuild_store, swap_in_rebuild
+from .index_folder import COMPLETE as REBUILD_COMPLETE
+from .index_folder import IndexLock, finish_interrupted_swap, open_rebuild_store, swap_in_rebuild
 from .photo_paths import is_under, path_key
 from .photo_work import Work, decode, hash_work
 from .scan import Found, Problem, scan
@@ -102,12 +103,17 @@ def run_index(index_dir: Path, roots: list[str], model, excludes=(), batch_size:
     except OSError as e:
         raise write_error(index_dir, e) from None
     with IndexLock(index_dir):  # before opening the store: a migration must not race another run
+        if finish_interrupted_swap(index_dir):
+            notice = notice or log
+            notice(f"imgtxt: finished the interrupted rebuild of {index_dir}")
         store = open_rebuild_store(index_dir) if rebuild else Store(index_dir)
         try:
             run = IndexRun(store, roots, model, batch_size, workers, progress, log, notice or log, prune)
             run.ray_address = ray_address  # embed on a Ray cluster (ray_index) instead of this process
             summary = run.execute(list(excludes))
             write_folders(store, add=roots)  # under the lock: another run cannot take it before the run is done
+            if rebuild:
+                store.set_meta(**{REBUILD_COMPLETE: 1})
             store.checkpoint()
         except sqlite3.DatabaseError as e:
             raise classify(e, store.db_path) from None

@@ -179,6 +179,9 @@ def open_readonly(index_dir: Path, check: bool = True) -> sqlite3.Connection:
     structure (PRAGMA quick_check) when it is small enough for that to be cheap."""
     db_path = Path(index_dir) / DB_NAME
     if not db_path.is_file():
+        if (db_path.parent / f"{DB_NAME}.rebuild").is_file() and (db_path.parent / f"{DB_NAME}.damaged").exists():
+            raise StoreError(f"the rebuild of the index at {index_dir} was interrupted: run `imgtxt index FOLDER` "
+                             f"to finish it")
         raise StoreError(f"no index at {index_dir}: run `imgtxt index FOLDER` first (or pass --index DIR)")
     try:
         conn = _connect_readonly(db_path)
