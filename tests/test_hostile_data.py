@@ -72,3 +72,80 @@ def test_an_orphaned_complete_rebuild_is_swapped_in_not_re_embedded(library, tmp
     s = summary_of(library.run("index", folder, "--json", "-q"))
     assert (s["embedded"], s["indexed"]) == (0, 2)
     assert not (library.index / "index.db.rebuild").exists()
+
+
+# ------------------------------------------------------------------------------ the clock stepping back
+
+def test_an_edited_photo_reaches_the_search_files_when_the_clock_stepped_back(library, tmp_path, monkeypatch):
+    from imgtxt.library import store, vector_build, vector_index
+
+    monkeypatch.setattr(vector_index, "REBUILD_FRACTION", 100.0)   # append, as a large library would
+    folder = two_photos(library, tmp_path)
+    write_photo(folder / "b.jpg", seed=3)                          # edited
+    yesterday = "2001-01-01T00:00:00.000000+00:00"                 # an NTP step back, another machine's clock
+    monkeypatch.setattr(store, "now_precise", lambda: yesterday)
+    monkeypatch.setattr(vector_build, "now_precise", lambda: yesterday)
+    s = summary_of(library.run("index", folder, "--json", "-q"))
+    assert s["updated"] == 1 and s["vector_index"].startswith("vector index: appended 1"), s
+
+
+# ------------------------------------------------------------------------------ NaN never in, never out
+
+def test_a_nan_vector_never_enters_the_index(library, tmp_path, monkeypatch):
+    from imgtxt.model.modelfile import TrainedModel
+
+    embed = TrainedModel.embed_images
+
+    def first_is_nan(self, squares):
+        vectors = np.array(embed(self, squares))
+        vectors[0] = np.nan
+        return vectors
+
+    monkeypatch.setattr(TrainedModel, "embed_images", first_is_nan)
+    folder = tmp_path / "p"
+    write_photo(folder / "a.jpg", seed=1)
+    write_photo(folder / "b.jpg", seed=2)
+    result = library.run("index", folder, "--json", "--batch-size", "2")
+    s = summary_of(result)
+    assert (s["indexed"], s["skipped"]) == (1, 1) and "no usable vector" in result.stderr, s
+
+
+def test_a_nan_row_is_never_a_result(library, tmp_path):
+    folder = two_photos(library, tmp_path)
+    dim = 2 * len(sqlite3.connect(library.index / "index.db").execute("SELECT embedding FROM photos").fetchone()[0])
+    with sqlite3.connect(library.index / "index.db") as conn:       # a damaged or crafted row
+        conn.execute("UPDATE photos SET embedding = ? WHERE path = ?",
+                     [np.full(dim // 4, np.nan, np.float16).tobytes(), str(folder / "b.jpg")])
+    for path in library.index.glob("vectors-*"):
+        path.unlink()                                               # searched from SQLite, with a notice
+    result = library.run("search", "a photo", "--json", "--min-score", "-1000000")
+    lines = result.stdout.splitlines()
+    assert len(lines) == 1 and "NaN" not in result.stdout and json.loads(lines[0])["path"].endswith("a.jpg")
+
+
+# ------------------------------------------------------------------------------ queries without words
+
+@pytest.mark.parametrize("query", ["🐶🐶🐶", "!!!", "🌊 ✨"])
+def test_a_query_of_emoji_or_symbols_alone_is_refused(query):
+    from imgtxt.model.modelfile import TrainedModel
+
+    assert "no words" in TrainedModel.load().check_query(query)
+    assert TrainedModel.load().check_query("a dog 🐶 on a beach") is None
+
+
+# ------------------------------------------------------------------------------ crafted meta values
+
+@pytest.mark.parametrize("key, value", [("folders", "{"), ("folders", "[1, 2]"), ("embed_dim", "x"),
+                                        ("similarity", "x"), ("vec_count", "many"), ("model_folder", 7)])
+def test_crafted_meta_values_are_one_line_in_every_command(library, tmp_path, key, value):
+    folder = two_photos(library, tmp_path)
+    with sqlite3.connect(library.index / "index.db") as conn:
+        conn.execute("UPDATE meta SET value = ? WHERE key = ?", [value, key])
+    status = library.run("status", ok=False)
+    assert "Traceback" not in status.stderr and (status.exit_code == 0 or one_line(status.stderr))
+    forget = library.run("forget", folder / "a.jpg", ok=False)
+    assert "Traceback" not in forget.stderr and (forget.exit_code == 0 or one_line(forget.stderr)), forget.stderr
+    if forget.exit_code != 0:   # refused before removing anything
+        assert sqlite3.connect(library.index / "index.db").execute("SELECT count(*) FROM photos").fetchone()[0] == 2
+    index = library.run("index", folder, "-q", ok=False)
+    assert index.exit_code == 0, index.stderr                       # a run writes the values anew

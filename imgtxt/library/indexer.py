@@ -29,17 +29,24 @@ from imgtxt.safe_text import printable
 
 from . import reach, vector_build
 from .index_folder import COMPLETE as REBUILD_COMPLETE
-from .index_folder import IndexLock, finish_interrupted_swap, open_rebuild_store, swap_in_rebuild
+from .index_folder import (
+    IndexLock,
+    finish_interrupted_swap,
+    open_rebuild_store,
+    swap_in_rebuild,
+)
 from .photo_paths import is_under, path_key
 from .photo_work import Work, decode, hash_work
 from .scan import Found, Problem, scan
 from .store import (
+    NO_VECTOR,
     Store,
     StoreError,
     classify,
     encode_vector,
     make_private_dir,
     now_iso,
+    usable_vector,
     write_error,
     write_folders,
 )
@@ -329,6 +336,9 @@ class IndexRun:
                 squares = np.stack([square for _, (square, _, _) in batch])
                 vectors = self.model.embed_images(squares).astype(np.float32)
                 for (w, (_, width, height)), vector in zip(batch, vectors):
+                    if not usable_vector(vector):
+                        self.skip(w, NO_VECTOR)
+                        continue
                     self.count_added_or_updated(w)
                     self.writes.append(lambda w=w, wd=width, ht=height, v=encode_vector(vector): self.store.put_photo(
                         w.path, w.size, w.mtime_ns, w.hash, wd, ht, v, self.model_id))

@@ -10,7 +10,7 @@ import sqlite3
 
 from .photo_paths import path_bytes, path_key
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 MIGRATIONS = [
     """
@@ -41,6 +41,9 @@ MIGRATIONS = [
     );
     """,
     "CREATE INDEX photos_hash_model ON photos (hash, model_id)",  # O(1) reuse of a known photo's vector
+    # The write generation of a vector (meta vec_generation + 1 when written): the search files take the rows
+    # past the generation they were synced at, whatever the clock says (an NTP step back, two machines).
+    "ALTER TABLE photos ADD COLUMN generation INTEGER NOT NULL DEFAULT 0",
 ]
 assert len(MIGRATIONS) == SCHEMA_VERSION
 

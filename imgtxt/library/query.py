@@ -139,8 +139,8 @@ def rank(index: Index, model, vectors, query: np.ndarray, n: int, score_fn,
         key, path = paths.get(ids[i], (None, None))
         if min_score is not None and scores[i] < min_score:
             break  # best first: the rest score lower
-        if key is None or key == exclude:
-            continue
+        if key is None or key == exclude or not math.isfinite(scores[i]):
+            continue  # removed, the photo itself, or a NaN vector (a damaged row): never a result
         hits.append(Hit(len(hits) + 1, float(scores[i]), key, path))
         if len(hits) == n:
             break
@@ -153,6 +153,9 @@ def search(index: Index, model, text: str, n: int = 10, min_score: float | None 
         raise QueryError("--min-score must be a number, not nan")
     vectors = index.vectors(model)
     query = model.encode_text([text])
+    if not np.isfinite(query).all():
+        raise QueryError(f"the model in {model.folder} gives no usable vector for this query (NaN): its weights "
+                         f"are damaged")
     score = (vector_index.dot_scorer(query[0]) if model.similarity_kind == "cosine"
              else lambda images: model.scores(np.asarray(images), query)[:, 0])
     return rank(index, model, vectors, query[0], n, score, min_score)
@@ -173,9 +176,12 @@ def photo_vector(path: str, model, index: Index | None, embed_photo) -> np.ndarr
     """The stored vector when the photo is indexed and unchanged, else the CNN's (`embed_photo(path)`)."""
     if index is not None and index.model_id == model.model_id:
         stored = index.stored_vector(path, model.model_id, model.config["joint"]["embed_dim"])
-        if stored is not None:
+        if stored is not None and np.isfinite(stored).all():
             return stored
-    return embed_photo(path)
+    vector = embed_photo(path)
+    if not np.isfinite(vector).all():
+        raise QueryError(f"{path}: the model gives no usable vector for it (NaN)")
+    return vector
 
 
 def similar(index: Index, model, vector: np.ndarray, n: int = 10, exclude: str | None = None) -> list[Hit]:
@@ -258,7 +264,7 @@ def caption(model, vector: np.ndarray, n: int = 5, captions: list[str] | None = 
     order = np.argsort(-scores, kind="stable")
     hits, seen = [], set()
     for i in order:
-        if bank[i].lower() in seen:  # the bank repeats common captions
+        if bank[i].lower() in seen or not math.isfinite(scores[i]):  # the bank repeats common captions
             continue
         seen.add(bank[i].lower())
         hits.append(Hit(len(hits) + 1, float(scores[i]), bank[i]))

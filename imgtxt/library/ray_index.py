@@ -21,7 +21,7 @@ import numpy as np
 
 from imgtxt.errors import ImgtxtError
 
-from .store import encode_vector
+from .store import NO_VECTOR, encode_vector, usable_vector
 
 LOCAL = "local"   # --ray local: start a Ray instance on this machine (tests, trying it out)
 
@@ -145,6 +145,9 @@ def _embed_chunks(ray, run, to_embed: list, cpus_per_worker: int, in_flight: int
                     run.skip(w, result)
                     continue
                 vector, width, height = result
+                if not usable_vector(vector):
+                    run.skip(w, NO_VECTOR)
+                    continue
                 run.count_added_or_updated(w)
                 run.writes.append(lambda w=w, wd=width, ht=height, v=vector: run.store.put_photo(
                     w.path, w.size, w.mtime_ns, w.hash, wd, ht, v, run.model_id))

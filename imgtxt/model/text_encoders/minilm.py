@@ -183,9 +183,13 @@ class Runtime:
         return len(text)
 
     def check_query(self, text: str) -> str | None:
-        ids = self.tokenize(text)
-        if len(ids) <= 2 or all(not any(c.isalnum() for c in t) for t in self.tokenizer.encode(text).tokens[1:-1]):
-            return "empty query: describe the photo in words, e.g. imgtxt search \"a dog running on a beach\""
+        """Refused: no token that is a word. Punctuation (`!!!`) and what the vocabulary lacks (emoji, which
+        WordPiece maps to [UNK]) would encode as the same near-empty sentence for every such query."""
+        unknown = getattr(self.tokenizer.model, "unk_token", "[UNK]")
+        tokens = self.tokenizer.encode(text).tokens[1:-1]
+        if not any(t != unknown and any(c.isalnum() for c in t) for t in tokens):
+            return ("no words in the query (symbols and emoji alone cannot be searched): describe the photo in "
+                    "words, e.g. imgtxt search \"a dog running on a beach\"")
         return None
 
     def hidden_states(self, token_lists: list[list[int]], layers: int | None = None):
