@@ -112,3 +112,13 @@ def test_a_captions_file_is_read_with_a_bound(library, tmp_path, kind):
     assert out.returncode == 1 and one_line(out.stderr), out.stderr
     assert {"dev-zero": "not a regular file", "fifo": "not a regular file", "huge": "MB of captions",
             "latin-1": "must be UTF-8"}[kind] in out.stderr
+
+
+def test_an_unreachable_ray_cluster_is_one_line_in_seconds(library, tmp_path):
+    import time
+
+    write_photo(tmp_path / "p" / "a.jpg", seed=1)
+    start = time.monotonic()
+    result = library.run("index", tmp_path / "p", "--ray", "127.0.0.1:1", ok=False)
+    assert time.monotonic() - start < 30
+    assert result.exit_code == 1 and one_line(result.stderr) and "cannot reach Ray" in result.stderr, result.stderr

@@ -149,3 +149,86 @@ def test_crafted_meta_values_are_one_line_in_every_command(library, tmp_path, ke
         assert sqlite3.connect(library.index / "index.db").execute("SELECT count(*) FROM photos").fetchone()[0] == 2
     index = library.run("index", folder, "-q", ok=False)
     assert index.exit_code == 0, index.stderr                       # a run writes the values anew
+
+
+# ------------------------------------------------------------------------------ the lock, leftovers
+
+def test_a_run_holds_its_lock_until_the_folders_are_saved(library, tmp_path, monkeypatch):
+    """Another process taking index.lock right after the run's work must not fail the completed run."""
+    import fcntl
+
+    from imgtxt.library import indexer
+
+    release = indexer.IndexLock.__exit__
+    taken = []
+
+    def release_then_lose_the_race(self, *exc):
+        release(self, *exc)
+        other = open(self.path, "rb")                 # another `imgtxt index` takes the lock in the gap
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        taken.append(other)
+
+    monkeypatch.setattr(indexer.IndexLock, "__exit__", release_then_lose_the_race)
+    write_photo(tmp_path / "p" / "a.jpg", seed=1)
+    try:
+        result = library.run("index", tmp_path / "p", "--json", "-q", ok=False)
+    finally:
+        for other in taken:
+            other.close()
+    assert result.exit_code == 0 and summary_of(result)["indexed"] == 1, result.stderr
+    status = json.loads(library.run("status", "--json").stdout)
+    assert str(tmp_path / "p") in json.dumps(status)
+
+
+def test_a_full_cache_leaves_no_partial_caption_file(tiny_model, tmp_path, monkeypatch):
+    import errno
+
+    from imgtxt.library import query
+
+    def disk_full(file, array):
+        file.write(b"\x93NUMPY partial")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setenv("IMGTXT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(query.np, "save", disk_full)
+    vectors = query.caption_vectors(tiny_model, ["a dog", "a cat"])
+    assert vectors.shape[0] == 2
+    assert not [p.name for p in (tmp_path / "cache").rglob("*.tmp")]
+
+
+def test_a_full_cache_leaves_no_partial_cnn_graph(tiny_model, tmp_path, monkeypatch):
+    import errno
+
+    pytest.importorskip("onnx")
+    pytest.importorskip("torch")
+    import onnx
+
+    from imgtxt.model.cnn_export import export_for_model
+
+    def disk_full(model, path):
+        with open(path, "wb") as f:
+            f.write(b"partial")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(onnx, "save", disk_full)
+    with pytest.raises(OSError):
+        export_for_model(tiny_model, tmp_path / "cnn" / "graph.onnx")
+    assert list((tmp_path / "cnn").iterdir()) == []
+
+
+def test_a_photo_from_after_2262_is_indexed(library, tmp_path):
+    """`touch -d 2263-01-01`: past SQLite's 64-bit nanoseconds; one odd file must not stop every run."""
+    folder = tmp_path / "p"
+    write_photo(folder / "a.jpg", seed=1)
+    future = write_photo(folder / "future.jpg", seed=2)
+    seconds = 9_247_000_000                                        # 2263
+    try:
+        os.utime(future, ns=(seconds * 10**9, seconds * 10**9))
+    except (OSError, OverflowError):
+        pytest.skip("this file system cannot hold that time")
+    if os.stat(future).st_mtime_ns < 1 << 63:
+        pytest.skip("this file system clamps the time itself")
+    s = summary_of(library.run("index", folder, "--json", "-q"))
+    assert (s["indexed"], s["skipped"]) == (2, 0), s
+    s = summary_of(library.run("index", folder, "--json", "-q"))
+    assert (s["unchanged"], s["embedded"]) == (2, 0), s

@@ -99,6 +99,10 @@ def run_index(index_dir: Path, roots: list[str], model, excludes=(), batch_size:
     photos into index.db.rebuild (a killed rebuild continues where it stopped) and swap it in only when it is
     complete; the old index.db is kept as index.db.damaged. ray_address: embed on a Ray cluster (ray_index)."""
     log = log or (lambda message: print(message, file=sys.stderr))
+    if ray_address:   # an unreachable cluster is one line now, not minutes of retries after the scan
+        from .ray_index import probe
+
+        probe(ray_address)
     roots = [os.path.abspath(r) for r in roots]
     register_heif()  # HEIC/HEIF photos when the optional pillow-heif is installed
     index_dir = Path(index_dir)

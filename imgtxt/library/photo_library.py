@@ -157,7 +157,7 @@ class Library:
         from . import vector_build
         from .indexer import IndexLock
         from .photo_paths import is_under
-        from .store import Store, meta_int, write_folders
+        from .store import Store, damaged, meta_int, write_folders
 
         path = check.path(path, "the path to forget")  # '' (an unset variable) would be the current folder
         _close(self._open())  # a clear "no index at" when there is none
@@ -171,10 +171,10 @@ class Library:
                     raise StoreError(f"nothing indexed at {key}")
                 meta = store.meta()
                 if meta.get("model_id"):  # checked before anything is removed
-                    dim, similarity = meta_int(meta, "embed_dim", store.db_path), meta.get("similarity")
-                    if similarity not in ("cosine", "order"):
-                        raise StoreError(f"{store.db_path}: its record similarity = {similarity[:40]!r} is "
-                                         f"damaged; rebuild it with `imgtxt index --rebuild FOLDER...`")
+                    dim, similarity = meta_int(meta, "embed_dim"), meta.get("similarity")
+                    if dim is None or similarity not in ("cosine", "order"):
+                        raise damaged(store.db_path, f"its record of the embedding ({meta.get('embed_dim', '')[:20]!r}, "
+                                                     f"{str(similarity)[:20]!r}) is unusable")
                 with store.db.atomic():
                     store.remove_photos(photos)
                     store.remove_skipped(skipped)

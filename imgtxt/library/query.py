@@ -244,14 +244,17 @@ def caption_vectors(model, captions: list[str], on_compute=None, progress=None) 
         on_compute(len(captions))
     vectors = model.encode_text(captions, batch_size=128,
                                 progress=(lambda done: progress(done, len(captions))) if progress else None)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
         with open(tmp, "wb") as f:
             np.save(f, vectors)
         os.replace(tmp, path)  # a concurrent reader never sees half a file
-    except OSError:
-        pass  # a read-only cache only costs speed
+    except OSError:  # a read-only or full cache only costs speed; no partial file is left in it
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
     return vectors
 
 

@@ -93,7 +93,32 @@ def model_files(model) -> dict[str, bytes]:
     return files
 
 
+PROBE_TIMEOUT_S = 5.0   # ray.init retries an unreachable address for minutes; a TCP probe answers in seconds
+
+
+def probe(address: str) -> None:
+    """A ClusterError line at once when a host:port (or ray://host:port) address does not accept connections."""
+    import socket
+    from urllib.parse import urlsplit
+
+    if address in (LOCAL, "auto"):
+        return
+    target = urlsplit(address if "://" in address else f"tcp://{address}")
+    try:
+        host, port = target.hostname, target.port
+    except ValueError:
+        host = port = None
+    if not host or port is None:
+        raise ClusterError(f"--ray {address!r}: expected host:port, ray://host:port, auto or local")
+    try:
+        socket.create_connection((host, port), timeout=PROBE_TIMEOUT_S).close()
+    except OSError as e:
+        reason = "timed out" if isinstance(e, TimeoutError) else (e.strerror or str(e))
+        raise ClusterError(f"cannot reach Ray at {address!r}: {reason}") from None
+
+
 def connect(address: str):
+    probe(address)
     import ray
 
     if not ray.is_initialized():
@@ -110,6 +135,8 @@ def embed_on_ray(run, to_embed: list, address: str, cpus_per_worker: int = 1, in
         ray = connect(address)
     except ImportError:
         raise ClusterError("--ray needs the ray package: pip install 'imgtxt[ray]'") from None
+    except ClusterError:
+        raise
     except Exception as e:  # noqa: BLE001 (ray.init raises ConnectionError, ValueError, RuntimeError, ...)
         reason = (str(e).strip().splitlines() or [e.__class__.__name__])[0]
         raise ClusterError(f"cannot start or reach Ray at {address!r}: {reason[:300]}") from None

@@ -15,7 +15,6 @@ Photo paths are private: a new index folder is created 0700 and its database 060
 """
 from __future__ import annotations
 
-import json
 import os
 import sqlite3
 from datetime import datetime, timezone
@@ -27,6 +26,7 @@ import numpy as np
 from imgtxt import paths
 from imgtxt.errors import ImgtxtError
 
+from .index_meta import meta_folders, meta_int, read_meta, write_folders  # noqa: F401  (importable from here)
 from .migrations import SCHEMA_VERSION, migrate, schema_version
 from .photo_paths import path_bytes, path_key
 
@@ -207,51 +207,6 @@ def open_readonly(index_dir: Path, check: bool = True) -> sqlite3.Connection:
     if version < SCHEMA_VERSION:
         raise StoreError(f"the index at {index_dir} is from an older imgtxt: run `imgtxt index` once to upgrade it")
     return conn
-
-
-def _as_text(value) -> str:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    return "" if value is None else str(value)
-
-
-def read_meta(conn: sqlite3.Connection) -> dict[str, str]:
-    """key -> value, every value a str whatever a crafted or damaged file holds (a blob, a number, NULL)."""
-    return {_as_text(k): _as_text(v) for k, v in conn.execute("SELECT key, value FROM meta").fetchall()}
-
-
-def meta_int(meta: dict[str, str], key: str, db_path: Path, low: int = 1) -> int:
-    """An integer meta value, or a one-line StoreError naming the recovery."""
-    try:
-        value = int(meta[key])
-    except (KeyError, ValueError):
-        value = None
-    if value is None or value < low:
-        raise damaged(db_path, f"its record {key} = {meta.get(key, '')[:40]!r} is not a number")
-    return value
-
-
-def meta_folders(meta: dict[str, str]) -> list[str]:
-    """The folders the user indexed (meta "folders", a JSON list); a damaged value counts as none recorded,
-    which only changes how `status` groups the photos, and the next run writes it anew."""
-    try:
-        value = json.loads(meta.get("folders", "[]"))
-    except (ValueError, RecursionError):
-        return []
-    return [f for f in value if isinstance(f, str)] if isinstance(value, list) else []
-
-
-def write_folders(store: Store, add=(), remove: str | None = None) -> None:
-    """Record the folders the user indexed, for `status`; nested ones fold into their parent."""
-    from .photo_paths import is_under
-
-    folders = set(meta_folders(store.meta())) | {path_key(a) for a in add}
-    if remove is not None:
-        folders = {f for f in folders if not is_under(f, [remove])}
-    kept = sorted(f for f in folders if not any(f != g and is_under(f, [g]) for g in folders))
-    store.set_meta(folders=json.dumps(kept))
 
 
 class PhotoRow:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -27,86 +26,21 @@ from imgtxt.errors import ImgtxtError, ModelError  # noqa: F401  (ModelError: im
 
 from . import text_encoders
 from .fne import FeatureStats, full_network_embedding, l2_normalize
+
+# The checks of model.json and the weights live in model_config; importable from here too.
+from .model_config import (  # noqa: F401
+    BACKBONE_NAMES,
+    CONFIG_SCHEMA,
+    check_config,
+    check_shapes,
+    read_config,
+    safe_name,
+    verify_weights,
+)
 from .tensor_file import LazyTensors
 
 FORMAT, FORMAT_VERSION = "imgtxt-model", 1
 IMAGE_PROJECTION = "image_projection"
-# backbones.BACKBONES, repeated so that loading a model never imports torch (a test keeps them equal)
-BACKBONE_NAMES = ("efficientnet_lite0", "efficientnet_lite1", "efficientnet_lite2", "vgg16", "resnet50", "resnet152")
-_INT, _STR, _BOOL = (int,), (str,), (bool,)
-CONFIG_SCHEMA = {   # section -> key -> accepted types; checked at load so a bad file fails in one line, at once
-    "joint": {"embed_dim": _INT, "image_dim": _INT, "similarity": _STR, "use_abs": _BOOL},
-    "features": {"kind": _STR, "backbone": _STR, "backbone_id": _STR, "layer_set": _STR, "crops": _INT,
-                 "precision": _STR, "raw_dim": _INT, "baseline_slice": (list,)},
-}
-
-
-def safe_name(name: str) -> str:
-    """A model name as it may appear in a file name: no separators, no leading dots, nothing odd."""
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", name).lstrip(".")[:64] or "model"
-
-
-def check_config(config, where: Path) -> None:
-    """model.json's structure and values, before anything is computed from them."""
-    if not isinstance(config, dict):
-        raise ModelError(f"{where}: model.json must hold an object")
-    for section, keys in CONFIG_SCHEMA.items():
-        if not isinstance(config.get(section), dict):
-            raise ModelError(f"{where}: model.json lacks the {section!r} section")
-        for key, types in keys.items():
-            value = config[section].get(key)
-            if key not in config[section]:
-                raise ModelError(f"{where}: model.json lacks {section}.{key}")
-            if not isinstance(value, types) or (types is _INT and isinstance(value, bool)):
-                raise ModelError(f"{where}: model.json {section}.{key} has the wrong type ({value!r})")
-    joint, features = config["joint"], config["features"]
-    if joint["similarity"] not in ("cosine", "order"):
-        raise ModelError(f"{where}: model.json joint.similarity must be cosine or order, not {joint['similarity']!r}")
-    if min(joint["embed_dim"], joint["image_dim"], features["raw_dim"], features["crops"]) < 1:
-        raise ModelError(f"{where}: model.json has a size below 1")
-    if features["kind"] not in ("fne", "baseline"):
-        raise ModelError(f"{where}: model.json features.kind must be fne or baseline, not {features['kind']!r}")
-    if features["backbone"] not in BACKBONE_NAMES:
-        raise ModelError(f"{where}: unknown backbone {features['backbone']!r} in model.json; known: "
-                         f"{', '.join(BACKBONE_NAMES)}")
-    if "@" not in features["backbone_id"]:
-        raise ModelError(f"{where}: model.json features.backbone_id must be NAME@WEIGHTS")
-    start_stop = features["baseline_slice"]
-    if len(start_stop) != 2 or not all(isinstance(v, int) for v in start_stop) or \
-            not 0 <= start_stop[0] < start_stop[1] <= features["raw_dim"]:
-        raise ModelError(f"{where}: model.json features.baseline_slice must be [start, stop] within raw_dim")
-    expected = features["raw_dim"] if features["kind"] == "fne" else start_stop[1] - start_stop[0]
-    if joint["image_dim"] != expected:
-        raise ModelError(f"{where}: model.json joint.image_dim {joint['image_dim']} does not match its features "
-                         f"({expected})")
-    if not isinstance(config.get("name", ""), str):
-        raise ModelError(f"{where}: model.json name must be a string")
-
-
-def check_shapes(tensors, config: dict, path: Path) -> None:
-    """The image side's, the GRU's and the text kinds' declared weight shapes against model.json, at load: not
-    after half a minute of CNN work or at the first query (int8 matrices' row scales too)."""
-    joint, raw_dim = config["joint"], config["features"]["raw_dim"]
-    h = joint["embed_dim"]
-    expected = {"image_projection": (h, joint["image_dim"]), "fne.mean": (raw_dim,), "fne.std": (raw_dim,)}
-    text_config = text_encoders.text_config_of(config)
-    if text_config["kind"] == "gru" and joint.get("word_dim"):
-        w = joint["word_dim"]
-        expected.update({"gru.weight_ih": (3 * h, w), "gru.weight_hh": (3 * h, h), "gru.bias_ih": (3 * h,),
-                         "gru.bias_hh": (3 * h,)})
-    expected.update(text_encoders.tensor_shapes(text_config, h))
-    for name, shape in expected.items():
-        if name not in tensors:
-            continue
-        found = tensors.shape(name)
-        if len(found) != len(shape) or any(s is not None and f != s for f, s in zip(found, shape)):
-            said = tuple("any" if s is None else s for s in shape)
-            raise ModelError(f"{path}: tensor {name} has shape {found}, model.json says {said}")
-        if name + ".scale" in tensors and tensors.shape(name + ".scale") != found[:1]:
-            raise ModelError(f"{path}: tensor {name}.scale has shape {tensors.shape(name + '.scale')}, "
-                             f"expected {found[:1]}")
-
-
 def default_model_dir() -> Path:
     from imgtxt.paths import default_model_dir as packaged
 
@@ -179,12 +113,7 @@ class TrainedModel:
         folder = model_dir(folder)  # --model, else $IMGTXT_MODEL, else the packaged default
         if not folder.is_dir():
             raise ModelError(f"{folder}: no such model folder")
-        try:
-            config = json.loads((folder / "model.json").read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ModelError(f"{folder}: no model.json (not an imgtxt model folder)") from None
-        except json.JSONDecodeError as e:
-            raise ModelError(f"{folder / 'model.json'}: not valid JSON ({e})") from None
+        config = read_config(folder)
         if not isinstance(config, dict) or config.get("format") != FORMAT:
             raise ModelError(f"{folder}: model.json is not an imgtxt model")
         if config.get("model") == "amecon":
@@ -210,12 +139,15 @@ class TrainedModel:
         stats = FeatureStats(tensors["fne.mean"], tensors["fne.std"]) if "fne.mean" in tensors else None
         if config["features"]["kind"] == "fne" and stats is None:
             raise ModelError(f"{path}: an FNE model must carry its feature statistics")
-        # Recorded at save; only folders written before that are hashed here.
-        digest = config.get("weights_sha256") or hashlib.sha256(path.read_bytes()).hexdigest()
+        # Recorded at save and checked against the file (hashed once per change of it): weights swapped under an
+        # unchanged model.json must not pass as the model whose id (and caption cache) they would take.
+        digest = verify_weights(path, config.get("weights_sha256"))
         model_id = f"{safe_name(config.get('name') or folder.name)}-{digest[:12]}"
         model = cls(folder, config, tensors, stats, model_id)
-        if not (folder / "tokenizer.json").is_file() and text_config["kind"] == "minilm":
-            raise ModelError(f"{folder}: no tokenizer.json for its {text_config['kind']} text encoder")
+        tokenizer = folder / "tokenizer.json"
+        if text_config["kind"] == "minilm" and not (tokenizer.is_file() and tokenizer.stat().st_size > 0):
+            raise ModelError(f"{folder}: no tokenizer.json (or an empty one) for its {text_config['kind']} text "
+                             f"encoder")
         if text_config["kind"] != "minilm":
             model.text  # the vocabulary is small: check it against the weights now  # noqa: B018
         return model
@@ -257,7 +189,13 @@ class TrainedModel:
         path = self.folder / "captions.txt"
         if not path.is_file():
             return []
-        return [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as e:
+            raise ModelError(f"{path}: the caption bank must be UTF-8 text (byte {e.start} is not)") from None
+        except OSError as e:
+            raise ModelError(f"{path}: cannot read the caption bank ({e.strerror or e})") from None
+        return [line for line in text.splitlines() if line.strip()]
 
     # ------------------------------------------------------------------ image side (CNN, loaded lazily)
     def image_embedder(self, threads: int | None = None):

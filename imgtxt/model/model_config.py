@@ -1,0 +1,189 @@
+"""model.json and the weights, checked when a model loads: every setting the runtime reads has its type and
+range checked here (a hostile or damaged model folder is one ModelError line at load, not an error deep in numpy at
+the first query or after minutes of CNN work), and the weights are checked against model.json's weights_sha256 (the
+model id), hashed once per change of the file."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+
+from imgtxt.errors import ModelError
+
+from . import text_encoders
+from .fne import CROPS
+
+# backbones.BACKBONES, repeated so that loading a model never imports torch (a test keeps them equal)
+BACKBONE_NAMES = ("efficientnet_lite0", "efficientnet_lite1", "efficientnet_lite2", "vgg16", "resnet50", "resnet152")
+_INT, _STR, _BOOL = (int,), (str,), (bool,)
+PRECISIONS = ("auto", "fp32", "fp16", "bf16")   # the CNN's (fne.RawFeatureExtractor); the exported graph is fp32
+CONFIG_SCHEMA = {   # section -> key -> accepted types; checked at load so a bad file fails in one line, at once
+    "joint": {"embed_dim": _INT, "image_dim": _INT, "similarity": _STR, "use_abs": _BOOL},
+    "features": {"kind": _STR, "backbone": _STR, "backbone_id": _STR, "layer_set": _STR, "crops": _INT,
+                 "precision": _STR, "raw_dim": _INT, "baseline_slice": (list,)},
+}
+
+
+def safe_name(name: str) -> str:
+    """A model name as it may appear in a file name: no separators, no leading dots, nothing odd."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name).lstrip(".")[:64] or "model"
+
+
+def check_config(config, where: Path) -> None:
+    """model.json's structure and values, before anything is computed from them."""
+    if not isinstance(config, dict):
+        raise ModelError(f"{where}: model.json must hold an object")
+    for section, keys in CONFIG_SCHEMA.items():
+        if not isinstance(config.get(section), dict):
+            raise ModelError(f"{where}: model.json lacks the {section!r} section")
+        for key, types in keys.items():
+            value = config[section].get(key)
+            if key not in config[section]:
+                raise ModelError(f"{where}: model.json lacks {section}.{key}")
+            if not isinstance(value, types) or (types is _INT and isinstance(value, bool)):
+                raise ModelError(f"{where}: model.json {section}.{key} has the wrong type ({value!r})")
+    joint, features = config["joint"], config["features"]
+    if joint["similarity"] not in ("cosine", "order"):
+        raise ModelError(f"{where}: model.json joint.similarity must be cosine or order, not {joint['similarity']!r}")
+    if min(joint["embed_dim"], joint["image_dim"], features["raw_dim"], features["crops"]) < 1:
+        raise ModelError(f"{where}: model.json has a size below 1")
+    if features["kind"] not in ("fne", "baseline"):
+        raise ModelError(f"{where}: model.json features.kind must be fne or baseline, not {features['kind']!r}")
+    if features["backbone"] not in BACKBONE_NAMES:
+        raise ModelError(f"{where}: unknown backbone {features['backbone']!r} in model.json; known: "
+                         f"{', '.join(BACKBONE_NAMES)}")
+    if "@" not in features["backbone_id"]:
+        raise ModelError(f"{where}: model.json features.backbone_id must be NAME@WEIGHTS")
+    start_stop = features["baseline_slice"]
+    if len(start_stop) != 2 or not all(isinstance(v, int) for v in start_stop) or \
+            not 0 <= start_stop[0] < start_stop[1] <= features["raw_dim"]:
+        raise ModelError(f"{where}: model.json features.baseline_slice must be [start, stop] within raw_dim")
+    expected = features["raw_dim"] if features["kind"] == "fne" else start_stop[1] - start_stop[0]
+    if joint["image_dim"] != expected:
+        raise ModelError(f"{where}: model.json joint.image_dim {joint['image_dim']} does not match its features "
+                         f"({expected})")
+    if not isinstance(config.get("name", ""), str):
+        raise ModelError(f"{where}: model.json name must be a string")
+    if features["crops"] not in CROPS:
+        raise ModelError(f"{where}: model.json features.crops must be 1 or 10, not {features['crops']}")
+    layer_sets = ("all", "blocks") if features["backbone"].startswith("efficientnet_lite") else ("all",)
+    if features["layer_set"] not in layer_sets:
+        raise ModelError(f"{where}: model.json features.layer_set must be {' or '.join(layer_sets)} for "
+                         f"{features['backbone']}, not {features['layer_set'][:40]!r}")
+    if features["precision"] not in PRECISIONS:
+        raise ModelError(f"{where}: model.json features.precision must be {', '.join(PRECISIONS)}, not "
+                         f"{features['precision'][:40]!r}")
+    digest = config.get("weights_sha256")
+    if digest is not None and not (isinstance(digest, str) and re.fullmatch(r"[0-9a-f]{64}", digest)):
+        raise ModelError(f"{where}: model.json weights_sha256 must be 64 hex digits")
+    if "text" not in config:
+        for key in ("vocab_size", "word_dim"):   # a GRU described by "joint" (models before text kinds)
+            if not text_encoders.positive_int(joint.get(key)):
+                raise ModelError(f"{where}: model.json joint.{key} must be an integer of at least 1")
+    reason = text_encoders.check_settings(config.get("text", {"kind": "gru"}))
+    if reason:
+        raise ModelError(f"{where}: model.json {reason}")
+
+
+MAX_CONFIG_BYTES = 1 << 20   # model.json is a few KB
+
+
+def read_config(folder: Path) -> dict:
+    """model.json parsed, or one ModelError line: missing, too large, not UTF-8, not JSON, a number of thousands
+    of digits (Python's int limit), nesting past the recursion limit."""
+    path = folder / "model.json"
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_CONFIG_BYTES + 1)
+    except FileNotFoundError:
+        raise ModelError(f"{folder}: no model.json (not an imgtxt model folder)") from None
+    except OSError as e:
+        raise ModelError(f"{path}: unreadable ({e.strerror or e})") from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ModelError(f"{path}: over {MAX_CONFIG_BYTES >> 20} MB, not a model description")
+    try:
+        return json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise ModelError(f"{path}: not UTF-8 text (byte {e.start})") from None
+    except RecursionError:
+        raise ModelError(f"{path}: nested too deeply to be a model description") from None
+    except ValueError as e:   # JSONDecodeError, and the digit limit of int()
+        raise ModelError(f"{path}: not valid JSON ({str(e).splitlines()[0][:200]})") from None
+
+
+def check_shapes(tensors, config: dict, path: Path) -> None:
+    """The image side's, the GRU's and the text kinds' declared weight shapes against model.json, at load: not
+    after half a minute of CNN work or at the first query (int8 matrices' row scales too)."""
+    joint, raw_dim = config["joint"], config["features"]["raw_dim"]
+    h = joint["embed_dim"]
+    expected = {"image_projection": (h, joint["image_dim"]), "fne.mean": (raw_dim,), "fne.std": (raw_dim,)}
+    text_config = text_encoders.text_config_of(config)
+    if text_config["kind"] == "gru" and joint.get("word_dim"):
+        w = joint["word_dim"]
+        expected.update({"gru.weight_ih": (3 * h, w), "gru.weight_hh": (3 * h, h), "gru.bias_ih": (3 * h,),
+                         "gru.bias_hh": (3 * h,)})
+    expected.update(text_encoders.tensor_shapes(text_config, h))
+    for name, shape in expected.items():
+        if name not in tensors:
+            continue
+        found = tensors.shape(name)
+        if len(found) != len(shape) or any(s is not None and f != s for f, s in zip(found, shape)):
+            said = tuple("any" if s is None else s for s in shape)
+            raise ModelError(f"{path}: tensor {name} has shape {found}, model.json says {said}")
+        if name + ".scale" in tensors and tensors.shape(name + ".scale") != found[:1]:
+            raise ModelError(f"{path}: tensor {name}.scale has shape {tensors.shape(name + '.scale')}, "
+                             f"expected {found[:1]}")
+
+
+
+
+def _weights_cache() -> Path:
+    from imgtxt.paths import cache_dir
+
+    return cache_dir() / "weights-sha256.json"
+
+
+def verify_weights(path: Path, recorded: str | None) -> str:
+    """The sha256 of the weights file, checked against model.json's (models saved before it was recorded are
+    only hashed). The digest is remembered in the cache by the file's (size, mtime_ns, inode, device), so a
+    file is read once per change, not at every load (45 MB: ~50 ms)."""
+    st = os.stat(path)
+    stamp = [st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev]
+    key = os.fsdecode(os.path.abspath(path))
+    cache_file = _weights_cache()
+    try:
+        cache = json.loads(cache_file.read_text(encoding="utf-8"))
+        cache = cache if isinstance(cache, dict) else {}
+    except (OSError, ValueError, RecursionError):
+        cache = {}
+    entry = cache.get(key)
+    if isinstance(entry, list) and len(entry) == 5 and entry[:4] == stamp and isinstance(entry[4], str):
+        digest = entry[4]
+    else:
+        sha = hashlib.sha256()
+        with open(path, "rb") as f:
+            while chunk := f.read(1 << 20):
+                sha.update(chunk)
+        digest = sha.hexdigest()
+        cache[key] = [*stamp, digest]
+        _write_cache(cache_file, cache)
+    if recorded is not None and digest != recorded:
+        raise ModelError(f"{path}: the weights differ from the weights_sha256 in model.json (changed or damaged "
+                         f"after the model was saved); restore the file, or save the model again")
+    return digest
+
+
+def _write_cache(cache_file: Path, cache: dict) -> None:
+    """Best effort (a read-only or full cache only costs a re-hash next time); never leaves a partial file."""
+    tmp = cache_file.with_name(f"{cache_file.name}.{os.getpid()}.tmp")
+    try:
+        cache_file.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(cache), encoding="utf-8")
+        os.replace(tmp, cache_file)
+    except OSError:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
