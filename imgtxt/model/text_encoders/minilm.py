@@ -224,8 +224,8 @@ class Runtime:
         unknown = getattr(self.tokenizer.model, "unk_token", "[UNK]")
         tokens = self.tokenizer.encode(text).tokens[1:-1]
         if not any(t != unknown and any(c.isalnum() for c in t) for t in tokens):
-            return ("no words in the query (symbols and emoji alone cannot be searched): describe the photo in "
-                    "words, e.g. imgtxt search \"a dog running on a beach\"")
+            return ("empty query: no words in it (symbols and emoji alone cannot be searched); describe the photo "
+                    "in words, e.g. imgtxt search \"a dog running on a beach\"")
         return None
 
     def hidden_states(self, token_lists: list[list[int]], layers: int | None = None):
