@@ -164,7 +164,7 @@ def test_a_run_holds_its_lock_until_the_folders_are_saved(library, tmp_path, mon
 
     def release_then_lose_the_race(self, *exc):
         release(self, *exc)
-        other = open(self.path, "rb")                 # another `imgtxt index` takes the lock in the gap
+        other = open(self.path, "rb")  # noqa: SIM115 (held past this call)  another run takes the lock in the gap
         fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
         taken.append(other)
 

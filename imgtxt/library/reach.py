@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
+from itertools import chain
 
 from .photo_paths import is_under, path_key
 from .scan import Problem, os_reason
@@ -85,7 +86,7 @@ def decide(roots: list[str], found_keys, problems: list[Problem], row_keys, meta
         if not holds(key):
             continue
         reason = unreachable_reason(root)
-        if reason is None and not any(is_under(k, [key]) for k in [*found_keys, *problem_keys]):
+        if reason is None and not any(is_under(k, [key]) for k in chain(found_keys, problem_keys)):
             reason = "missing or empty"
         if reason is not None:
             unreachable(key, reason)
