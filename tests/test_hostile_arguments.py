@@ -28,7 +28,7 @@ def test_an_empty_path_never_forgets_the_current_folder(library, tmp_path, monke
     library.run("index", tmp_path / "p", "-q")
     monkeypatch.chdir(tmp_path)                                    # the photos are under the current folder
     result = library.run("forget", "", ok=False)
-    assert result.exit_code == 2 and one_line(result.stderr) and "empty" in result.stderr, result.stderr
+    assert result.exit_code == 1 and one_line(result.stderr) and "empty" in result.stderr, result.stderr
     with pytest.raises(ImgtxtError, match="empty"):
         Library(library.index).forget("")
     with pytest.raises(ImgtxtError, match="empty"):

@@ -7,14 +7,14 @@ import math
 import os
 from pathlib import PurePath
 
-from imgtxt.errors import UsageError
+from imgtxt.errors import ImgtxtError
 
 MAX_BATCH_SIZE = 1024    # photos per CNN batch and per commit: 1,000,000 held 8.6 GB for 300 photos
 MAX_WORKERS = 256
 
 
-class ArgumentError(UsageError):
-    """A Library method called with an argument it cannot use."""
+class ArgumentError(ImgtxtError):
+    """A Library method called with an argument it cannot use (exit status 1, as other refusals of a value)."""
 
 
 def _type_name(value) -> str:
