@@ -95,6 +95,7 @@ class SafePath(click.Path):
 
 
 PathType = SafePath(path_type=Path)
+PathText = SafePath()   # kept as typed: Path('') would be '.', and an unset variable must not mean "here"
 index_opt = click.option("--index", "index_dir", type=PathType, default=None,
                          help="Index folder (default: $IMGTXT_INDEX_DIR, else $XDG_DATA_HOME/imgtxt).")
 model_opt = click.option("--model", type=PathType, default=None,
@@ -134,11 +135,11 @@ def _print_photos(matches, as_json: bool, preview: bool = False, library=None, n
 
 
 @command("index")
-@click.argument("paths", nargs=-1, required=True, type=PathType)
+@click.argument("paths", nargs=-1, required=True, type=PathText)
 @click.option("--exclude", multiple=True, help="Skip files or folders matching this glob (repeatable).")
 @index_opt
 @model_opt
-@click.option("--batch-size", type=click.IntRange(min=1), default=32, show_default=True,
+@click.option("--batch-size", type=click.IntRange(1, 1024), default=32, show_default=True,
               help="Photos per CNN batch and per database commit.")
 @click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True, help="Decoding threads.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object on stdout.")
@@ -314,7 +315,7 @@ def serve(index_dir, model, port, host, allow_host):
 
 
 @command()
-@click.argument("path", type=PathType)
+@click.argument("path", type=PathText)
 @index_opt
 def forget(path, index_dir):
     """Remove a folder or photo from the index, and keep it out.
@@ -325,6 +326,8 @@ def forget(path, index_dir):
     """
     library = _library(index_dir, None)
     removed = library.forget(path)
-    where = printable(str(path.absolute()))
+    import os
+
+    where = printable(os.path.abspath(path))
     click.echo(f"forgot {removed} photos under {where}; {library.status().photos} photos indexed; "
                f"`imgtxt index` leaves it out until you index {where} itself again")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import shutil
 from pathlib import Path
 
 from .store import DB_NAME, Store, StoreError, write_error
@@ -53,14 +54,69 @@ def open_rebuild_store(index_dir: Path) -> Store:
         return Store(index_dir, REBUILD_NAME)
 
 
+COMPLETE = "rebuild_complete"   # meta key of a rebuild database whose run finished: it may replace index.db
+
+
+def fsync_folder(folder: Path) -> None:
+    """Make the renames in `folder` durable (a power cut after a rename must not undo it)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some file systems cannot sync a folder; the renames are still atomic
+    finally:
+        os.close(fd)
+
+
 def swap_in_rebuild(index_dir: Path) -> None:
-    """The complete new database replaces index.db; the old one and its WAL move aside, never deleted."""
+    """The complete new database replaces index.db; the old one and its WAL move aside, never deleted.
+
+    At every step index.db is present (a kill -9 anywhere leaves a usable index): the old file gets its second
+    name (a hard link, else a copy) before the new file replaces it in one rename."""
     old, new = index_dir / DB_NAME, index_dir / REBUILD_NAME
+    aside = index_dir / (DB_NAME + ".damaged")
+    if old.exists():
+        tmp = index_dir / (DB_NAME + ".damaged.tmp")
+        tmp.unlink(missing_ok=True)
+        try:
+            os.link(old, tmp)
+        except OSError:
+            shutil.copy2(old, tmp)
+        os.replace(tmp, aside)
     for suffix in ("-wal", "-shm"):  # the old WAL must not be replayed into the new file
         if (index_dir / (DB_NAME + suffix)).exists():
             os.replace(index_dir / (DB_NAME + suffix), index_dir / (DB_NAME + ".damaged" + suffix))
-    if old.exists():
-        os.replace(old, index_dir / (DB_NAME + ".damaged"))
     os.replace(new, old)
     for suffix in ("-wal", "-shm"):
         (index_dir / (REBUILD_NAME + suffix)).unlink(missing_ok=True)  # empty after the checkpoint and close
+    fsync_folder(index_dir)
+
+
+def finish_interrupted_swap(index_dir: Path) -> bool:
+    """A rebuild killed inside its swap (by an imgtxt that renamed index.db away first): index.db is missing
+    and the complete index.db.rebuild is swapped in now instead of being left orphaned. True if it was."""
+    old, new = index_dir / DB_NAME, index_dir / REBUILD_NAME
+    if old.exists() or not new.is_file():
+        return False
+    if not (index_dir / (DB_NAME + ".damaged")).exists() and not _marked_complete(new):
+        return False
+    os.replace(new, old)
+    fsync_folder(index_dir)
+    return True
+
+
+def _marked_complete(db_path: Path) -> bool:
+    import sqlite3
+
+    try:
+        conn = sqlite3.connect(f"{db_path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            row = conn.execute("SELECT value FROM meta WHERE key = ?", [COMPLETE]).fetchone()
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return False
+    return row is not None and row[0] == "1"

@@ -9,11 +9,12 @@ committed photos as unchanged. The vector search files follow SQLite at the end 
 only what changed (vector_build.sync).
 
 A run only ever touches rows under its own roots: photos of other folders (an unplugged drive) are never
-opened nor removed, and a root that is missing or empty although it held photos keeps them unless
-`prune=True` (an unmounted drive looks exactly like an emptied folder).
+opened nor removed, and a root or a mount point that cannot be reached (missing, a broken link, empty, no
+longer mounted) keeps its photos unless `prune=True`: the rule is reach.py's.
 """
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import sys
@@ -26,20 +27,29 @@ from imgtxt.model.images import ImageError, in_order, register_heif
 from imgtxt.model.previews import RAW_HINT
 from imgtxt.safe_text import printable
 
-from . import vector_build
-from .index_folder import IndexLock, open_rebuild_store, swap_in_rebuild
+from . import reach, vector_build
+from .index_folder import COMPLETE as REBUILD_COMPLETE
+from .index_folder import (
+    IndexLock,
+    finish_interrupted_swap,
+    open_rebuild_store,
+    swap_in_rebuild,
+)
 from .index_summary import Summary
 from .photo_paths import is_under, path_key
 from .photo_work import Work, decode, hash_work
 from .scan import Found, Problem, scan
 from .store import (
+    NO_VECTOR,
     Store,
     StoreError,
     classify,
     encode_vector,
     make_private_dir,
     now_iso,
+    usable_vector,
     write_error,
+    write_folders,
 )
 
 
@@ -59,6 +69,10 @@ def run_index(index_dir: Path, roots: list[str], model, excludes=(), batch_size:
     complete; the old index.db is kept as index.db.damaged. ray_address: embed on a Ray cluster (ray_index).
     previews: decode a photo's embedded preview (MPF, EXIF, HEIC thumbnail) when it is large enough."""
     log = log or (lambda message: print(message, file=sys.stderr))
+    if ray_address:   # an unreachable cluster is one line now, not minutes of retries after the scan
+        from .ray_index import probe
+
+        probe(ray_address)
     roots = [os.path.abspath(r) for r in roots]
     register_heif()  # HEIC/HEIF photos when the optional pillow-heif is installed
     index_dir = Path(index_dir)
@@ -70,6 +84,9 @@ def run_index(index_dir: Path, roots: list[str], model, excludes=(), batch_size:
     except OSError as e:
         raise write_error(index_dir, e) from None
     with IndexLock(index_dir):  # before opening the store: a migration must not race another run
+        if finish_interrupted_swap(index_dir):
+            notice = notice or log
+            notice(f"imgtxt: finished the interrupted rebuild of {index_dir}")
         store = open_rebuild_store(index_dir) if rebuild else Store(index_dir)
         try:
             run = IndexRun(store, roots, model, batch_size, workers, progress, log, notice or log, prune)
@@ -77,6 +94,9 @@ def run_index(index_dir: Path, roots: list[str], model, excludes=(), batch_size:
             run.ray_address = ray_address  # embed on a Ray cluster (ray_index) instead of this process
             run.previews = previews
             summary = run.execute(list(excludes))
+            write_folders(store, add=roots)  # under the lock: another run cannot take it before the run is done
+            if rebuild:
+                store.set_meta(**{REBUILD_COMPLETE: 1})
             store.checkpoint()
         except sqlite3.DatabaseError as e:
             raise classify(e, store.db_path) from None
@@ -155,7 +175,8 @@ class IndexRun:
         found: dict[str, Found] = {}
         problems: list[Problem] = []
         roots = [r for r in self.roots if os.path.lexists(r)]
-        for entry in scan(roots, excludes):
+        self.scanned_mounts: set[str] = set()
+        for entry in scan(roots, excludes, mounts=self.scanned_mounts):
             if self.forgotten and is_under(path_key(entry.path), self.forgotten):
                 continue
             if isinstance(entry, Found):
@@ -166,25 +187,22 @@ class IndexRun:
 
     # ------------------------------------------------------------------ 2. compare with the database, opening nothing
     def offline_roots(self, found: dict[str, Found | None], problems: list[Problem], rows: dict) -> list[str]:
-        """Roots that are missing or show nothing although the index holds photos under them: an unmounted
-        drive or an empty mount point. Their photos are kept (counted in the summary) unless --prune.
-        `rows` may leave out the rows that matched the disk: a root that shows nothing has none of those."""
-        offline = []
+        """The folders whose photos are kept because they cannot be reached now (reach.py's rule), with a
+        notice for each. `rows` may leave out the rows that matched the disk: an unreachable folder has none."""
         for root, key in zip(self.roots, self.root_keys):
-            held = sum(1 for k in rows if is_under(k, [key]))
-            shows_something = any(is_under(k, [key]) for k in found) or \
-                any(is_under(path_key(p.path), [key]) for p in problems)
-            if not os.path.lexists(root) and not held:
+            if not os.path.lexists(root) and not any(is_under(k, [key]) for k in rows):
                 raise StoreError(f"no such folder: {root}")
-            if held and not shows_something:
-                if self.prune:
-                    self.notice(f"imgtxt: {root} is missing or empty: removing its {held} photos (--prune)")
-                else:
-                    offline.append(key)
-                    self.summary.kept_offline[printable(root)] = held
-                    self.notice(f"imgtxt: {printable(root)} is missing or empty (an unplugged drive?): kept its "
-                                f"{held} photos; pass --prune to remove them")
-        return offline
+        self.reach = reach.decide(self.roots, found.keys(), problems, rows.keys(), self.store.meta(),
+                                  self.scanned_mounts, self.prune)
+        for key, reason in self.reach.pruned.items():
+            held = sum(1 for k in rows if is_under(k, [key]))
+            self.notice(f"imgtxt: {printable(key)} cannot be reached ({reason}): removing its {held} photos (--prune)")
+        for key, reason in self.reach.offline.items():
+            held = sum(1 for k in rows if is_under(k, [key]))
+            self.summary.kept_offline[printable(key)] = held
+            self.notice(f"imgtxt: {printable(key)} cannot be reached ({reason}; an unplugged drive?): kept its "
+                        f"{held} photos; pass --prune to remove them")
+        return self.reach.keep
 
     def compare(self, found: dict[str, Found | None], problems: list[Problem]) -> tuple[list[Work], set[str]]:
         # Streamed: a row that matches the disk (nearly every row of a rerun) is counted and dropped, and its
@@ -230,10 +248,8 @@ class IndexRun:
             work.append(Work(entry.path, entry.size, entry.mtime_ns, row))
         # Only rows under this run's roots can vanish; rows elsewhere are never opened, stat'ed nor removed
         # (their drive may be unplugged, and a path the database merely names could be anything, /dev/zero).
-        # A folder that could not be read this time (permissions, a path too long) keeps its photos too.
-        unread = [path_key(p.path) for p in problems if p.reason.startswith(("cannot read folder", "path too long"))]
-        keep = offline + unread
-        vanished = {k for k in rows if k not in found and is_under(k, self.root_keys) and not is_under(k, keep)}
+        # Neither do the photos of a folder that cannot be reached (reach.py).
+        vanished = {k for k in rows if k not in found and is_under(k, self.root_keys) and not is_under(k, offline)}
         return work, vanished
 
     # ------------------------------------------------------------------ 3. hash; known content keeps its vector
@@ -322,6 +338,9 @@ class IndexRun:
                 squares = np.stack([square for _, (square, _, _) in batch])
                 vectors = self.model.embed_images(squares).astype(np.float32)
                 for (w, (_, width, height)), vector in zip(batch, vectors):
+                    if not usable_vector(vector):
+                        self.skip(w, NO_VECTOR)
+                        continue
                     self.count_added_or_updated(w)
                     self.writes.append(lambda w=w, wd=width, ht=height, v=encode_vector(vector): self.store.put_photo(
                         w.path, w.size, w.mtime_ns, w.hash, wd, ht, v, self.model_id))
@@ -370,4 +389,4 @@ class IndexRun:
             self.log(f"imgtxt: {synced.line()}")
         store.set_meta(model_id=self.model_id, model_folder=str(Path(self.model.folder).resolve()),
                        similarity=self.model.similarity_kind, embed_dim=dim, last_run=now_iso(),
-                       photos=summary.indexed)
+                       photos=summary.indexed, **{reach.MOUNTS_META: json.dumps(self.reach.mounts)})

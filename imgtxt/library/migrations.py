@@ -10,7 +10,7 @@ import sqlite3
 
 from .photo_paths import path_bytes, path_key
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 MIGRATIONS = [
     """
@@ -49,6 +49,9 @@ MIGRATIONS = [
         forgotten_at TEXT NOT NULL
     )
     """,
+    # The write generation of a vector (meta vec_generation + 1 when written): the search files take the rows
+    # past the generation they were synced at, whatever the clock says (an NTP step back, two machines).
+    "ALTER TABLE photos ADD COLUMN generation INTEGER NOT NULL DEFAULT 0",
 ]
 assert len(MIGRATIONS) == SCHEMA_VERSION
 

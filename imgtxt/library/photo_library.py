@@ -13,7 +13,6 @@ go through the CNN.
 """
 from __future__ import annotations
 
-import json
 import os
 from collections import defaultdict
 from pathlib import Path
@@ -22,6 +21,7 @@ from imgtxt import paths
 from imgtxt.errors import ImgtxtError, Interrupted
 from imgtxt.model.modelfile import ModelError, TrainedModel
 
+from . import arguments as check
 from .photo_paths import path_key
 from .query import QueryError
 from .results import CaptionMatch, Folder, PhotoMatch, PhotoRecord, Status, row_id_of
@@ -57,6 +57,7 @@ class Library:
     index was built with, else the model shipped with imgtxt)."""
 
     def __init__(self, index_dir: Path | str | None = None, model: Path | str | None = None):
+        index_dir, model = check.optional_path(index_dir, "index_dir"), check.optional_path(model, "model")
         self.index_dir = paths.index_dir(index_dir)
         self._model_choice = paths.chosen_model_dir(model)
         self._models: dict[str, TrainedModel] = {}
@@ -110,9 +111,17 @@ class Library:
         """
         from .indexer import run_index
 
+        folders, exclude = check.paths(folders), check.strings(exclude, "exclude")
+        batch_size = check.integer(batch_size, "batch_size", 1, check.MAX_BATCH_SIZE)
+        workers = check.integer(workers, "workers", 1, check.MAX_WORKERS)
+        for name, value in {"progress": progress, "prune": prune, "rebuild": rebuild}.items():
+            check.flag(value, name)
+        log, notice, on_model_load = (check.callback(f, n) for f, n in
+                                      ((log, "log"), (notice, "notice"), (on_model_load, "on_model_load")))
+        ray_address = check.optional_text(ray_address, "ray_address")
         model = self._model(self._model_choice or paths.default_model_dir())
         model.on_cnn_load = on_model_load
-        roots = [os.path.abspath(os.path.expanduser(str(f))) for f in folders]
+        roots = [os.path.abspath(os.path.expanduser(f)) for f in folders]
         try:
             summary = run_index(self.index_dir, roots, model, exclude, batch_size=batch_size, workers=workers,
                                 progress=progress, log=log or (lambda message: None), notice=notice, prune=prune,
@@ -121,14 +130,13 @@ class Library:
             raise Interrupted(self._keep_committed(model, roots)) from None
         finally:
             model.on_cnn_load = None
-        self._update_folders(add=roots)
         return summary
 
     def _keep_committed(self, model: TrainedModel, roots: list[str]) -> int:
         """After Ctrl-C: make the committed photos searchable (vector files + meta), as a finished run would."""
         from . import vector_build
         from .indexer import IndexLock
-        from .store import Store, now_iso
+        from .store import Store, now_iso, write_folders
 
         with IndexLock(self.index_dir):
             store = Store(self.index_dir)
@@ -140,32 +148,10 @@ class Library:
                     store.set_meta(model_id=model.model_id, model_folder=str(Path(model.folder).resolve()),
                                    similarity=model.similarity_kind, embed_dim=dim, last_run=now_iso(),
                                    photos=count)
-                self._write_folders(store, add=roots)
+                write_folders(store, add=roots)
             finally:
                 store.close()
         return saved
-
-    def _update_folders(self, add=(), remove=None) -> None:
-        from .indexer import IndexLock
-        from .store import Store
-
-        with IndexLock(self.index_dir):
-            store = Store(self.index_dir)
-            try:
-                self._write_folders(store, add, remove)
-            finally:
-                store.close()
-
-    @staticmethod
-    def _write_folders(store, add=(), remove=None) -> None:
-        """The folders the user indexed, for `status` (meta key "folders"); nested ones fold into their parent."""
-        from .photo_paths import is_under
-
-        folders = set(json.loads(store.meta().get("folders", "[]"))) | {path_key(a) for a in add}
-        if remove is not None:
-            folders = {f for f in folders if not is_under(f, [remove])}
-        kept = sorted(f for f in folders if not any(f != g and is_under(f, [g]) for g in folders))
-        store.set_meta(folders=json.dumps(kept))
 
     @_database_errors
     def forget(self, path: Path | str) -> int:
@@ -174,10 +160,11 @@ class Library:
         from . import vector_build
         from .indexer import IndexLock
         from .photo_paths import is_under
-        from .store import Store
+        from .store import Store, damaged, meta_int, write_folders
 
+        path = check.path(path, "the path to forget")  # '' (an unset variable) would be the current folder
         _close(self._open())  # a clear "no index at" when there is none
-        key = path_key(os.path.abspath(os.path.expanduser(str(path))))
+        key = path_key(os.path.abspath(os.path.expanduser(path)))
         with IndexLock(self.index_dir):
             store = Store(self.index_dir)
             try:
@@ -186,6 +173,11 @@ class Library:
                 if not photos and not skipped:
                     raise StoreError(f"nothing indexed at {key}")
                 meta = store.meta()
+                if meta.get("model_id"):  # checked before anything is removed
+                    dim, similarity = meta_int(meta, "embed_dim"), meta.get("similarity")
+                    if dim is None or similarity not in ("cosine", "order"):
+                        raise damaged(store.db_path, f"its record of the embedding ({meta.get('embed_dim', '')[:20]!r}, "
+                                                     f"{str(similarity)[:20]!r}) is unusable")
                 with store.db.atomic():
                     store.remove_photos(photos)
                     store.remove_skipped(skipped)
@@ -193,9 +185,9 @@ class Library:
                     store.add_forgotten(key)
                 if meta.get("model_id"):
                     # Removed photos stay in the vector files as dead ids (SQLite drops them) until too many do.
-                    count = vector_build.sync(store, meta["model_id"], int(meta["embed_dim"]), meta["similarity"]).live
+                    count = vector_build.sync(store, meta["model_id"], dim, similarity).live
                     store.set_meta(photos=count)
-                self._write_folders(store, remove=key)
+                write_folders(store, remove=key)
             finally:
                 store.close()
         return len(photos)
@@ -208,6 +200,8 @@ class Library:
         weak) of a calibrated model; each match carries its confidence and level when the model is calibrated."""
         from .query import min_score_of, rate, search
 
+        text, n = check.text(text), check.integer(n, "n")
+        min_score, all_copies = check.optional_number(min_score, "min_score"), check.flag(all_copies, "all_copies")
         self.notices = []
         index = self._open()
         try:
@@ -224,6 +218,7 @@ class Library:
         confidence: the calibration is of sentence-to-photo scores, not photo-to-photo ones."""
         from .query import check_photo, photo_vector, similar
 
+        photo, n, all_copies = check.path(photo, "photo"), check.integer(n, "n"), check.flag(all_copies, "all_copies")
         self.notices = []
         index = self._open()
         try:
@@ -245,6 +240,8 @@ class Library:
         from .query import caption, check_photo, photo_vector, rate
 
         self.notices = []
+        photo, n = check.path(photo, "photo"), check.integer(n, "n")
+        captions = None if captions is None else check.strings(captions, "captions")
         index = self._open(required=False)
         try:
             model = self._query_model(index)
@@ -292,6 +289,7 @@ class Library:
     @_database_errors
     def photo(self, photo_id: int) -> PhotoRecord:
         """An indexed photo by row id (the web app serves photos by id only)."""
+        photo_id = check.integer(photo_id, "photo_id", 1, (1 << 63) - 1)
         row_id = row_id_of(photo_id)
         row = None
         if row_id is not None:
@@ -375,8 +373,9 @@ def _paths_by_hash(index, model_id: str, hashes: list[str]) -> dict[str, list[st
 def _folder_counts(index, model_id: str | None) -> list[Folder]:
     """Photos per indexed folder; photos outside the recorded folders (older indexes) count per parent folder."""
     from .photo_paths import is_under
+    from .store import meta_folders
 
-    roots = json.loads(index.meta.get("folders", "[]"))
+    roots = meta_folders(index.meta)
     counts: dict[str, int] = {r: 0 for r in roots}
     if model_id:
         for (path,) in index.conn.execute("SELECT path FROM photos WHERE model_id = ?", [model_id]):

@@ -200,8 +200,8 @@ def rank(index: Index, model, vectors, query: np.ndarray, n: int, score_fn,
         key, path = paths.get(ids[i], (None, None))
         if min_score is not None and scores[i] < min_score:
             break  # best first: the rest score lower
-        if key is None or key in exclude:
-            continue
+        if key is None or key in exclude or not math.isfinite(scores[i]):
+            continue  # removed, the photo itself or its copies, or a NaN vector (a damaged row): never a result
         hits.append(Hit(len(hits) + 1, float(scores[i]), key, path))
         if len(hits) == n:
             break
@@ -214,6 +214,9 @@ def search(index: Index, model, text: str, n: int = 10, min_score: float | None 
         raise QueryError("--min-score must be a number, not nan")
     vectors = index.vectors(model)
     query = model.encode_text([text])
+    if not np.isfinite(query).all():
+        raise QueryError(f"the model in {model.folder} gives no usable vector for this query (NaN): its weights "
+                         f"are damaged")
     score = (vector_index.dot_scorer(query[0]) if model.similarity_kind == "cosine"
              else lambda images: model.scores(np.asarray(images), query)[:, 0])
     return rank(index, model, vectors, query[0], n, score, min_score)
@@ -238,9 +241,12 @@ def photo_vector(path: str, model, index: Index | None, embed_photo) -> np.ndarr
     """The stored vector when the photo is indexed and unchanged, else the CNN's (`embed_photo(path)`)."""
     if index is not None and index.model_id == model.model_id:
         stored = index.stored_vector(path, model.model_id, model.vector_dim)
-        if stored is not None:
+        if stored is not None and np.isfinite(stored).all():
             return stored
-    return embed_photo(path)
+    vector = embed_photo(path)
+    if not np.isfinite(vector).all():
+        raise QueryError(f"{path}: the model gives no usable vector for it (NaN)")
+    return vector
 
 
 def same_photo(index: Index, path: str) -> frozenset[str]:
@@ -270,11 +276,26 @@ def caption_cache_dir() -> Path:
     return cache_dir() / "captions"
 
 
+MAX_CAPTIONS_BYTES = 64 << 20   # ~1M captions; /dev/zero or a huge file is refused, not read without bound
+
+
 def read_captions(file: Path) -> list[str]:
+    """A UTF-8 file of captions, one per line: a regular file of at most MAX_CAPTIONS_BYTES."""
+    from imgtxt.model.images import NotRegularFile, regular_opener
+
     try:
-        captions = [line.strip() for line in Path(file).read_text(encoding="utf-8").splitlines() if line.strip()]
-    except (OSError, UnicodeDecodeError) as e:
-        raise QueryError(f"{printable(str(file))}: cannot read captions ({e})") from None
+        with open(file, "rb", opener=regular_opener) as f:
+            data = f.read(MAX_CAPTIONS_BYTES + 1)
+    except NotRegularFile:
+        raise QueryError(f"{printable(str(file))}: not a regular file (captions are read from a text file)") from None
+    except OSError as e:
+        raise QueryError(f"{printable(str(file))}: cannot read captions ({e.strerror or e})") from None
+    if len(data) > MAX_CAPTIONS_BYTES:
+        raise QueryError(f"{printable(str(file))}: over {MAX_CAPTIONS_BYTES >> 20} MB of captions; pass a shorter list")
+    try:
+        captions = [line.strip() for line in data.decode("utf-8").splitlines() if line.strip()]
+    except UnicodeDecodeError as e:
+        raise QueryError(f"{printable(str(file))}: captions must be UTF-8 text (byte {e.start} is not)") from None
     if not captions:
         raise QueryError(f"{printable(str(file))}: no captions in it (one caption per line)")
     return captions
@@ -302,14 +323,17 @@ def caption_vectors(model, captions: list[str], on_compute=None, progress=None) 
         on_compute(len(captions))
     vectors = model.encode_text(captions, batch_size=128,
                                 progress=(lambda done: progress(done, len(captions))) if progress else None)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
         with open(tmp, "wb") as f:
             np.save(f, vectors)
         os.replace(tmp, path)  # a concurrent reader never sees half a file
-    except OSError:
-        pass  # a read-only cache only costs speed
+    except OSError:  # a read-only or full cache only costs speed; no partial file is left in it
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
     return vectors
 
 
@@ -337,7 +361,7 @@ def caption(model, vector: np.ndarray, n: int = 5, captions: list[str] | None = 
     order = np.argsort(-scores, kind="stable")
     hits, seen = [], set()
     for i in order:
-        if bank[i].lower() in seen:  # the bank repeats common captions
+        if bank[i].lower() in seen or not math.isfinite(scores[i]):  # the bank repeats common captions
             continue
         seen.add(bank[i].lower())
         hits.append(Hit(len(hits) + 1, float(scores[i]), bank[i]))

@@ -21,7 +21,7 @@ import numpy as np
 
 from imgtxt.errors import ImgtxtError
 
-from .store import encode_vector
+from .store import NO_VECTOR, encode_vector, usable_vector
 
 LOCAL = "local"   # --ray local: start a Ray instance on this machine (tests, trying it out)
 
@@ -96,7 +96,32 @@ def model_files(model) -> dict[str, bytes]:
     return files
 
 
+PROBE_TIMEOUT_S = 5.0   # ray.init retries an unreachable address for minutes; a TCP probe answers in seconds
+
+
+def probe(address: str) -> None:
+    """A ClusterError line at once when a host:port (or ray://host:port) address does not accept connections."""
+    import socket
+    from urllib.parse import urlsplit
+
+    if address in (LOCAL, "auto"):
+        return
+    target = urlsplit(address if "://" in address else f"tcp://{address}")
+    try:
+        host, port = target.hostname, target.port
+    except ValueError:
+        host = port = None
+    if not host or port is None:
+        raise ClusterError(f"--ray {address!r}: expected host:port, ray://host:port, auto or local")
+    try:
+        socket.create_connection((host, port), timeout=PROBE_TIMEOUT_S).close()
+    except OSError as e:
+        reason = "timed out" if isinstance(e, TimeoutError) else (e.strerror or str(e))
+        raise ClusterError(f"cannot reach Ray at {address!r}: {reason}") from None
+
+
 def connect(address: str):
+    probe(address)
     import ray
 
     if not ray.is_initialized():
@@ -113,6 +138,8 @@ def embed_on_ray(run, to_embed: list, address: str, cpus_per_worker: int = 1, in
         ray = connect(address)
     except ImportError:
         raise ClusterError("--ray needs the ray package: pip install 'imgtxt[ray]'") from None
+    except ClusterError:
+        raise
     except Exception as e:  # noqa: BLE001 (ray.init raises ConnectionError, ValueError, RuntimeError, ...)
         reason = (str(e).strip().splitlines() or [e.__class__.__name__])[0]
         raise ClusterError(f"cannot start or reach Ray at {address!r}: {reason[:300]}") from None
@@ -148,6 +175,9 @@ def _embed_chunks(ray, run, to_embed: list, cpus_per_worker: int, in_flight: int
                     run.skip(w, result)
                     continue
                 vector, width, height = result
+                if not usable_vector(vector):
+                    run.skip(w, NO_VECTOR)
+                    continue
                 run.count_added_or_updated(w)
                 run.writes.append(lambda w=w, wd=width, ht=height, v=vector: run.store.put_photo(
                     w.path, w.size, w.mtime_ns, w.hash, wd, ht, v, run.model_id))

@@ -60,7 +60,7 @@ def _excluded(name: str, relative: str, excludes: Iterable[str]) -> bool:
     return any(fnmatch(name, g) or fnmatch(relative, g) for g in excludes)
 
 
-def _os_reason(e: OSError) -> str:
+def os_reason(e: OSError) -> str:
     if e.errno == errno.ELOOP:
         return "symbolic link loop"
     if e.errno in (errno.EACCES, errno.EPERM):
@@ -73,6 +73,15 @@ def _os_reason(e: OSError) -> str:
     return e.strerror or str(e)
 
 
+# SQLite integers are 64-bit: an mtime past 2262-04-11 (or before 1677) is clamped, so one odd file (a wrong
+# clock, `touch -d 2263-01-01`) is indexed like any other instead of failing every run.
+MTIME_NS_RANGE = (-(1 << 63), (1 << 63) - 1)
+
+
+def clamp_mtime_ns(mtime_ns: int) -> int:
+    return min(max(mtime_ns, MTIME_NS_RANGE[0]), MTIME_NS_RANGE[1])
+
+
 def _is_dir(entry: os.DirEntry) -> bool:
     try:
         return entry.is_dir(follow_symlinks=False)  # from the directory listing, no stat needed
@@ -81,11 +90,12 @@ def _is_dir(entry: os.DirEntry) -> bool:
 
 
 def scan(roots: Iterable[str], excludes: Iterable[str] = (),
-         suffixes: set[str] | None = None) -> Iterator[Found | Problem]:
+         suffixes: set[str] | None = None, mounts: set[str] | None = None) -> Iterator[Found | Problem]:
     """Every photo file under `roots` (folders or single files), each path once, in sorted order per folder.
 
     Symbolic links are followed (a linked album is part of the collection); a folder reached twice
-    through links is reported as a loop instead of being walked forever.
+    through links is reported as a loop instead of being walked forever. `mounts` collects the folders
+    crossed into that are on another device than their parent (mount points, see reach.py).
     """
     # A photo this install cannot decode is listed as skipped with the install that fixes it, never dropped.
     needs_extra = suffixes_needing_extras() if suffixes is None else {}
@@ -100,14 +110,14 @@ def scan(roots: Iterable[str], excludes: Iterable[str] = (),
         seen_files.add(path)
         if not stat.S_ISREG(st.st_mode):
             return Problem(path, "not a regular file")
-        return Found(path, st.st_size, st.st_mtime_ns)
+        return Found(path, st.st_size, clamp_mtime_ns(st.st_mtime_ns))
 
     for root in roots:
         root = os.path.abspath(root)
         try:
             st = os.stat(root)
         except OSError as e:
-            yield Problem(root, _os_reason(e))
+            yield Problem(root, os_reason(e))
             continue
         if not stat.S_ISDIR(st.st_mode):
             entry = file_entry(root, st)
@@ -130,7 +140,7 @@ def scan(roots: Iterable[str], excludes: Iterable[str] = (),
                 with os.scandir(folder) as it:
                     entries = sorted(it, key=lambda e: e.name)
             except OSError as e:
-                yield Problem(folder, f"cannot read folder: {_os_reason(e)}")
+                yield Problem(folder, f"cannot read folder: {os_reason(e)}")
                 continue
             subfolders = []
             for entry in entries:
@@ -145,11 +155,13 @@ def scan(roots: Iterable[str], excludes: Iterable[str] = (),
                     # A folder (or link, or photo) that cannot be looked at is reported, never dropped
                     # silently: its photos would be missing without a word.
                     if os.path.splitext(name)[1].lower() in suffixes or entry.is_symlink() or _is_dir(entry):
-                        yield Problem(entry.path, _os_reason(e))
+                        yield Problem(entry.path, os_reason(e))
                     continue
                 if stat.S_ISDIR(st.st_mode):
                     if name not in SKIP_DIR_NAMES:
                         subfolders.append((entry.path, st))
+                        if mounts is not None and st.st_dev != folder_st.st_dev:
+                            mounts.add(entry.path)
                 elif os.path.splitext(name)[1].lower() in suffixes:
                     found = file_entry(entry.path, st)
                     if found is not None:

@@ -26,6 +26,7 @@ import numpy as np
 from imgtxt import paths
 from imgtxt.errors import ImgtxtError
 
+from .index_meta import meta_folders, meta_int, read_meta, write_folders  # noqa: F401  (importable from here)
 from .migrations import SCHEMA_VERSION, migrate, schema_version
 from .photo_paths import path_bytes, path_key
 
@@ -92,8 +93,7 @@ def now_iso() -> str:
 
 
 def now_precise() -> str:
-    """indexed_at: to the microsecond, so that vector_build.sync can tell rows written after its last pass
-    ("...:05.000001+00:00" sorts after "...:05+00:00", which older versions wrote)."""
+    """indexed_at: to the microsecond; for information (vector_build.sync goes by the write generation)."""
     return datetime.now(timezone.utc).isoformat(timespec="microseconds")
 
 
@@ -109,6 +109,17 @@ def encode_vector(vector: np.ndarray) -> bytes:
     return np.asarray(vector, dtype=VECTOR_DTYPE).tobytes()
 
 
+# A vector with NaN or inf (damaged weights, a value past float16's range) never enters an index: the photo
+# is skipped with this reason.
+NO_VECTOR = "the model gave no usable vector for it (NaN or inf; are its weights damaged?)"
+
+
+def usable_vector(vector) -> bool:
+    """Finite as stored (float16, or the float16 bytes a Ray worker sends)."""
+    stored = np.frombuffer(vector, VECTOR_DTYPE) if isinstance(vector, bytes) else np.asarray(vector, VECTOR_DTYPE)
+    return bool(np.isfinite(stored).all())
+
+
 def decode_vectors(blobs: list[bytes], dim: int) -> np.ndarray:
     """Stored blobs -> (M, D) float32."""
     if all(len(b) == 2 * dim for b in blobs):
@@ -121,14 +132,15 @@ def decode_vectors(blobs: list[bytes], dim: int) -> np.ndarray:
     return out
 
 
-def vector_chunks(conn: sqlite3.Connection, model_id: str, dim: int, since: tuple[int, str] | None = None,
+def vector_chunks(conn: sqlite3.Connection, model_id: str, dim: int, since: tuple[int, int, str] | None = None,
                   chunk: int = 8192):
     """(ids int64, vectors float32 (M, D)) of the photos embedded by `model_id`, streamed in id order.
-    `since` (max id, time): only rows added after that id or (re-)embedded at or after that time."""
+    `since` (max id, generation, time): only rows added after that id or (re-)embedded in a later write
+    generation (or, written by a version without generations, at or after that time)."""
     sql = "SELECT id, embedding FROM photos WHERE model_id = ?"
     params: list = [model_id]
     if since is not None:
-        sql += " AND (id > ? OR indexed_at >= ?)"
+        sql += " AND (id > ? OR generation > ? OR indexed_at >= ?)"
         params += list(since)
     cursor = conn.execute(sql + " ORDER BY id", params)
     while rows := cursor.fetchmany(chunk):
@@ -178,6 +190,9 @@ def open_readonly(index_dir: Path, check: bool = True) -> sqlite3.Connection:
     structure (PRAGMA quick_check) when it is small enough for that to be cheap."""
     db_path = Path(index_dir) / DB_NAME
     if not db_path.is_file():
+        if (db_path.parent / f"{DB_NAME}.rebuild").is_file() and (db_path.parent / f"{DB_NAME}.damaged").exists():
+            raise StoreError(f"the rebuild of the index at {index_dir} was interrupted: run `imgtxt index FOLDER` "
+                             f"to finish it")
         raise StoreError(f"no index at {index_dir}: run `imgtxt index FOLDER` first (or pass --index DIR)")
     try:
         conn = _connect_readonly(db_path)
@@ -192,10 +207,6 @@ def open_readonly(index_dir: Path, check: bool = True) -> sqlite3.Connection:
     if version < SCHEMA_VERSION:
         raise StoreError(f"the index at {index_dir} is from an older imgtxt: run `imgtxt index` once to upgrade it")
     return conn
-
-
-def read_meta(conn: sqlite3.Connection) -> dict[str, str]:
-    return dict(conn.execute("SELECT key, value FROM meta").fetchall())
 
 
 class PhotoRow:
@@ -298,16 +309,25 @@ class Store:
             embedding = encode_vector(embedding)
         row = {"path": key, "path_bytes": path_bytes(path), "size": size, "mtime_ns": mtime_ns,
                "hash": content_hash, "width": width, "height": height, "embedding": embedding,
-               "model_id": model_id, "indexed_at": now_precise()}
+               "model_id": model_id, "indexed_at": now_precise(), "generation": self.write_generation()}
         # Update in place when the path is known, so the photo keeps its id.
         cur = self.db.execute(
             "UPDATE photos SET path_bytes=:path_bytes, size=:size, mtime_ns=:mtime_ns, hash=:hash, width=:width, "
-            "height=:height, embedding=:embedding, model_id=:model_id, indexed_at=:indexed_at WHERE path=:path", row)
+            "height=:height, embedding=:embedding, model_id=:model_id, indexed_at=:indexed_at, "
+            "generation=:generation WHERE path=:path", row)
         if cur.rowcount == 0:
             self.db["photos"].insert(row)
         self.db.execute("DELETE FROM skipped WHERE path = ?", [key])
         # In the same transaction as the vector: the vector files are behind until vector_build.sync clears it.
         self.db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('vectors_dirty', '1')")
+
+    def write_generation(self) -> int:
+        """One past the generation the search files were last synced at (a counter, never the clock)."""
+        row = self.db.execute("SELECT value FROM meta WHERE key = 'vec_generation'").fetchone()
+        try:
+            return int(row[0]) + 1 if row else 1
+        except (TypeError, ValueError):
+            return 1
 
     def move_photo(self, photo_id: int, new_path: str, size: int, mtime_ns: int) -> None:
         key = path_key(new_path)

@@ -120,7 +120,8 @@ def _append(index_dir: Path, record: Record, store, model_id: str) -> int:
     appended = 0
     with _private_open(record.add_path(index_dir), append=True) as f:
         f.truncate(record.add * dtype.itemsize)  # an earlier run may have died after appending
-        for ids, vectors in vector_chunks(store.db.conn, model_id, record.dim, (record.max_id, record.synced_at)):
+        since = (record.max_id, record.generation, record.synced_at)
+        for ids, vectors in vector_chunks(store.db.conn, model_id, record.dim, since):
             rows = np.empty(len(ids), dtype)
             rows["id"], rows["vector"] = ids, vectors
             f.write(rows.tobytes())
@@ -162,9 +163,10 @@ def sync(store, model_id: str, dim: int, similarity: str) -> Synced:
     valid = record.valid_for(index_dir, model_id, dim)
     synced_at = now_precise()
     max_id = store.db.execute("SELECT max(id) FROM photos").fetchone()[0] or 0
+    generation = store.write_generation()   # every row written so far is at or below it
     if live == 0:
-        store.set_meta(**Record(model_id, "", dim=dim, max_id=max_id, synced_at=synced_at).as_meta(),
-                       vectors_dirty=0)
+        store.set_meta(**Record(model_id, "", dim=dim, max_id=max_id, synced_at=synced_at,
+                                generation=generation).as_meta(), vectors_dirty=0)
         _remove_other_files(index_dir, keep="")
         return Synced("empty", 0)
     removed = max(0, record.count + record.add - live) - record.add   # as `new.dead - new.add` below
@@ -178,7 +180,7 @@ def sync(store, model_id: str, dim: int, similarity: str) -> Synced:
     if not reason:
         appended = _append(index_dir, record, store, model_id)
         new = Record(**{**record.__dict__, "add": record.add + appended, "live": live, "max_id": max_id,
-                        "synced_at": synced_at})
+                        "synced_at": synced_at, "generation": generation})
         new.add_digest = digest(new.add_path(index_dir), new.add_bytes())
         if cells_for(new.count + new.add) > 0 and new.cells == 0:
             reason = f"{new.count + new.add} photos are past exact search ({vector_index.EXACT_MAX})"
@@ -197,7 +199,7 @@ def sync(store, model_id: str, dim: int, similarity: str) -> Synced:
         for leftover in Path(index_dir).glob(f"{stem}.*"):
             leftover.unlink(missing_ok=True)
         raise
-    new.max_id, new.synced_at = max_id, synced_at
+    new.max_id, new.synced_at, new.generation = max_id, synced_at, generation
     store.set_meta(**new.as_meta(), vectors_dirty=0)
     _remove_other_files(index_dir, keep=stem)
     return Synced("rebuilt", live, live, time.perf_counter() - start, reason)

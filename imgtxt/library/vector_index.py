@@ -94,10 +94,11 @@ class Record:
     bytes: int = 0
     add: int = 0
     live: int = 0
-    max_id: int = 0          # rows after it, or embedded at/after synced_at, are not in the files yet
-    synced_at: str = ""
+    max_id: int = 0          # rows after it, or of a later generation, are not in the files yet
+    synced_at: str = ""      # (and, for rows of imgtxt versions without generations, embedded at/after this)
     digest: str = ""         # of the .vec file
     add_digest: str = ""     # of the recorded rows of the .add file
+    generation: int = 0      # rows of a later write generation are not in the files yet
 
     @classmethod
     def from_meta(cls, meta: dict) -> "Record":
@@ -105,14 +106,15 @@ class Record:
             return cls(meta.get("vec_model", ""), meta.get("vec_file", ""), int(meta.get("vec_count", 0)),
                        int(meta.get("vec_cells", 0)), int(meta.get("vec_dim", 0)), int(meta.get("vec_bytes", 0)),
                        int(meta.get("vec_add", 0)), int(meta.get("vec_live", 0)), int(meta.get("vec_max_id", 0)),
-                       meta.get("vec_synced_at", ""), meta.get("vec_digest", ""), meta.get("vec_add_digest", ""))
+                       meta.get("vec_synced_at", ""), meta.get("vec_digest", ""), meta.get("vec_add_digest", ""),
+                       int(meta.get("vec_generation", 0)))
         except ValueError:
             return cls()
 
     def as_meta(self) -> dict:
         return {f"vec_{k}": getattr(self, k) for k in
                 ("model", "file", "count", "cells", "dim", "bytes", "add", "live", "max_id", "synced_at",
-                 "digest", "add_digest")}
+                 "digest", "add_digest", "generation")}
 
     def main_path(self, index_dir: Path) -> Path:
         return Path(index_dir) / f"{self.file}.vec"

@@ -75,20 +75,31 @@ def export_extractor(extractor, path: Path | str, opset: int = 17) -> Path:
     example = torch.zeros((2, size, size, 3), dtype=torch.uint8)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        with torch.inference_mode(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation notices
-            torch.onnx.export(graph.module, (example,), str(tmp), input_names=["squares"],
-                              output_names=["features"], dynamic_axes={"squares": {0: "n"}, "features": {0: "n"}},
-                              opset_version=opset, dynamo=False, do_constant_folding=True)
-    finally:
-        graph.close()
-    model = onnx.load(str(tmp))
-    for key, value in graph_metadata(extractor).items():
-        entry = model.metadata_props.add()
-        entry.key, entry.value = key, json.dumps(value)
-    onnx.save(model, str(tmp))
-    os.replace(tmp, path)
+        try:
+            with torch.inference_mode(), warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation notices
+                torch.onnx.export(graph.module, (example,), str(tmp), input_names=["squares"],
+                                  output_names=["features"], dynamic_axes={"squares": {0: "n"}, "features": {0: "n"}},
+                                  opset_version=opset, dynamo=False, do_constant_folding=True)
+        finally:
+            graph.close()
+        model = onnx.load(str(tmp))
+        for key, value in graph_metadata(extractor).items():
+            entry = model.metadata_props.add()
+            entry.key, entry.value = key, json.dumps(value)
+        onnx.save(model, str(tmp))
+        os.replace(tmp, path)
+    except BaseException:  # a full disk, Ctrl-C: no partial graph is left in the cache
+        _unlink_quietly(tmp)
+        raise
     return path
+
+
+def _unlink_quietly(path: Path) -> None:
+    try:
+        path.unlink(missing_ok=True)
+    except OSError:
+        pass
 
 
 def export_for_model(model, path: Path | str | None = None, backbone_weights: str | None = None) -> Path:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import threading
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -29,7 +28,17 @@ from imgtxt.errors import ImgtxtError, ModelError  # noqa: F401  (ModelError: im
 from . import concepts, text_encoders
 from .calibration import Calibration
 from .fne import FeatureStats, full_network_embedding, l2_normalize
-from .model_checks import BACKBONE_NAMES, check_config, check_shapes  # noqa: F401  (BACKBONE_NAMES: tests)
+
+# The checks of model.json and the weights live in model_config; importable from here too.
+from .model_config import (  # noqa: F401
+    BACKBONE_NAMES,
+    CONFIG_SCHEMA,
+    check_config,
+    check_shapes,
+    read_config,
+    safe_name,
+    verify_weights,
+)
 from .tensor_file import LazyTensors
 
 FORMAT, FORMAT_VERSION = "imgtxt-model", 1
@@ -44,11 +53,6 @@ def image_tensor_names(joint: dict) -> list[str]:
     if joint.get("image_bias"):
         names.append("image_bias")
     return names
-
-
-def safe_name(name: str) -> str:
-    """A model name as it may appear in a file name: no separators, no leading dots, nothing odd."""
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", name).lstrip(".")[:64] or "model"
 
 
 def default_model_dir() -> Path:
@@ -127,12 +131,7 @@ class TrainedModel:
         folder = model_dir(folder)  # --model, else $IMGTXT_MODEL, else the packaged default
         if not folder.is_dir():
             raise ModelError(f"{folder}: no such model folder")
-        try:
-            config = json.loads((folder / "model.json").read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ModelError(f"{folder}: no model.json (not an imgtxt model folder)") from None
-        except json.JSONDecodeError as e:
-            raise ModelError(f"{folder / 'model.json'}: not valid JSON ({e})") from None
+        config = read_config(folder)
         if not isinstance(config, dict) or config.get("format") != FORMAT:
             raise ModelError(f"{folder}: model.json is not an imgtxt model")
         if config.get("model") == "amecon":
@@ -159,12 +158,15 @@ class TrainedModel:
         stats = FeatureStats(tensors["fne.mean"], tensors["fne.std"]) if "fne.mean" in tensors else None
         if config["features"]["kind"] == "fne" and stats is None:
             raise ModelError(f"{path}: an FNE model must carry its feature statistics")
-        # Recorded at save; only folders written before that are hashed here.
-        digest = config.get("weights_sha256") or hashlib.sha256(path.read_bytes()).hexdigest()
+        # Recorded at save and checked against the file (hashed once per change of it): weights swapped under an
+        # unchanged model.json must not pass as the model whose id (and caption cache) they would take.
+        digest = verify_weights(path, config.get("weights_sha256"))
         model_id = f"{safe_name(config.get('name') or folder.name)}-{digest[:12]}"
         model = cls(folder, config, tensors, stats, model_id)
-        if not (folder / "tokenizer.json").is_file() and text_config["kind"] == "minilm":
-            raise ModelError(f"{folder}: no tokenizer.json for its {text_config['kind']} text encoder")
+        tokenizer = folder / "tokenizer.json"
+        if text_config["kind"] == "minilm" and not (tokenizer.is_file() and tokenizer.stat().st_size > 0):
+            raise ModelError(f"{folder}: no tokenizer.json (or an empty one) for its {text_config['kind']} text "
+                             f"encoder")
         if text_config["kind"] != "minilm":
             model.text  # the vocabulary is small: check it against the weights now  # noqa: B018
         return model
@@ -221,7 +223,13 @@ class TrainedModel:
         path = self.folder / "captions.txt"
         if not path.is_file():
             return []
-        return [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as e:
+            raise ModelError(f"{path}: the caption bank must be UTF-8 text (byte {e.start} is not)") from None
+        except OSError as e:
+            raise ModelError(f"{path}: cannot read the caption bank ({e.strerror or e})") from None
+        return [line for line in text.splitlines() if line.strip()]
 
     # ------------------------------------------------------------------ image side (CNN, loaded lazily)
     def image_embedder(self, threads: int | None = None):

@@ -13,7 +13,9 @@ How to add a kind (e.g. "bow"):
         `sort_key(text) -> int` (cost proxy: captions are batched by it);
       `prepare(train_captions, options: dict) -> TextSetup` (training time: tokenizer, config, files, init weights);
       `TENSOR_NAMES(text_config) -> list[str]`, the tensors it reads from model.safetensors;
-      optionally `TENSOR_SHAPES(text_config, embed_dim) -> {name: shape}` (None: any size), checked at load.
+      optionally `TENSOR_SHAPES(text_config, embed_dim) -> {name: shape}` (None: any size), checked at load;
+      optionally `SETTINGS = {key: (check(value) -> bool, "what it must be")}`, the "text" settings it reads,
+        checked at load (check_settings) so a hostile model.json is one line, not an error inside numpy.
  2. `research/text_modules/<kind>.py` defines `Encoder(text_config, embed_dim)`, an nn.Module with
       `forward(tokens (B,T) int64 right-padded with 0, lengths (B,)) -> (B, embed_dim)` L2-normalised,
       `export_tensors() -> dict[str, Tensor]` under the names the runtime reads,
@@ -49,6 +51,27 @@ def _module(kind: str):
     if kind not in KINDS:
         raise ValueError(f"unknown text encoder {kind!r}; known: {', '.join(KINDS)}")
     return importlib.import_module(f"{__name__}.{kind}")
+
+
+def positive_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def check_settings(text_config) -> str | None:
+    """A one-line reason when model.json's "text" section cannot work (unknown kind, a setting of the wrong type
+    or range), else None."""
+    if not isinstance(text_config, dict):
+        return "the text section must be an object"
+    kind = text_config.get("kind")
+    if not isinstance(kind, str) or kind not in KINDS:
+        return f"unknown text encoder {kind!r}; known: {', '.join(KINDS)}"
+    for key, (check, what) in getattr(_module(kind), "SETTINGS", {}).items():
+        if key not in text_config:
+            return f"text.{key} is missing"
+        if not check(text_config[key]):
+            return f"text.{key} must be {what}, not {str(text_config[key])[:40]!r}"
+    extra = getattr(_module(kind), "check_settings", None)
+    return extra(text_config) if extra else None
 
 
 def text_config_of(model_config: dict) -> dict:

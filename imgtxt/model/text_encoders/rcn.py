@@ -26,7 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
-from . import TextSetup
+from . import TextSetup, positive_int
+
+SETTINGS = {"recursions": (positive_int, "an integer of at least 1")}   # checked when the model loads
 
 ROUTING_EPS = 1e-6
 MAX_WORDS = 16          # paper: sentences are cut after the 16th word

@@ -1,21 +1,34 @@
-"""model.json's structure and the weights' shapes, checked when a model loads: a bad or hostile file fails in
-one line, at once, not after half a minute of CNN work or at the first query."""
+"""model.json and the weights, checked when a model loads: every setting the runtime reads has its type and
+range checked here (a hostile or damaged model folder is one ModelError line at load, not an error deep in numpy at
+the first query or after minutes of CNN work), and the weights are checked against model.json's weights_sha256 (the
+model id), hashed once per change of the file."""
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import re
 from pathlib import Path
 
 from imgtxt.errors import ModelError
 
 from . import concepts, text_encoders
+from .fne import CROPS
 
-# backbones.BACKBONE_NAMES, repeated so that loading a model never imports torch (a test keeps them equal)
+# backbones.BACKBONES, repeated so that loading a model never imports torch (a test keeps them equal)
 BACKBONE_NAMES = ("efficientnet_lite0", "efficientnet_lite1", "efficientnet_lite2", "vgg16", "resnet50", "resnet152")
 _INT, _STR, _BOOL = (int,), (str,), (bool,)
+PRECISIONS = ("auto", "fp32", "fp16", "bf16")   # the CNN's (fne.RawFeatureExtractor); the exported graph is fp32
 CONFIG_SCHEMA = {   # section -> key -> accepted types; checked at load so a bad file fails in one line, at once
     "joint": {"embed_dim": _INT, "image_dim": _INT, "similarity": _STR, "use_abs": _BOOL},
     "features": {"kind": _STR, "backbone": _STR, "backbone_id": _STR, "layer_set": _STR, "crops": _INT,
                  "precision": _STR, "raw_dim": _INT, "baseline_slice": (list,)},
 }
+
+
+def safe_name(name: str) -> str:
+    """A model name as it may appear in a file name: no separators, no leading dots, nothing odd."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name).lstrip(".")[:64] or "model"
 
 
 def check_config(config, where: Path) -> None:
@@ -57,6 +70,25 @@ def check_config(config, where: Path) -> None:
                          f"({expected})")
     if not isinstance(config.get("name", ""), str):
         raise ModelError(f"{where}: model.json name must be a string")
+    if features["crops"] not in CROPS:
+        raise ModelError(f"{where}: model.json features.crops must be 1 or 10, not {features['crops']}")
+    layer_sets = ("all", "blocks") if features["backbone"].startswith("efficientnet_lite") else ("all",)
+    if features["layer_set"] not in layer_sets:
+        raise ModelError(f"{where}: model.json features.layer_set must be {' or '.join(layer_sets)} for "
+                         f"{features['backbone']}, not {features['layer_set'][:40]!r}")
+    if features["precision"] not in PRECISIONS:
+        raise ModelError(f"{where}: model.json features.precision must be {', '.join(PRECISIONS)}, not "
+                         f"{features['precision'][:40]!r}")
+    digest = config.get("weights_sha256")
+    if digest is not None and not (isinstance(digest, str) and re.fullmatch(r"[0-9a-f]{64}", digest)):
+        raise ModelError(f"{where}: model.json weights_sha256 must be 64 hex digits")
+    if "text" not in config:
+        for key in ("vocab_size", "word_dim"):   # a GRU described by "joint" (models before text kinds)
+            if not text_encoders.positive_int(joint.get(key)):
+                raise ModelError(f"{where}: model.json joint.{key} must be an integer of at least 1")
+    reason = text_encoders.check_settings(config.get("text", {"kind": "gru"}))
+    if reason:
+        raise ModelError(f"{where}: model.json {reason}")
     if "concepts" in config:
         reason = concepts.check_config(config["concepts"])
         if reason is None and config["concepts"]["raw_slice"][1] > features["raw_dim"]:
@@ -65,6 +97,32 @@ def check_config(config, where: Path) -> None:
             reason = "concepts need a sentence encoder (text kind minilm)"
         if reason:
             raise ModelError(f"{where}: model.json {reason}")
+
+
+MAX_CONFIG_BYTES = 1 << 20   # model.json is a few KB
+
+
+def read_config(folder: Path) -> dict:
+    """model.json parsed, or one ModelError line: missing, too large, not UTF-8, not JSON, a number of thousands
+    of digits (Python's int limit), nesting past the recursion limit."""
+    path = folder / "model.json"
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_CONFIG_BYTES + 1)
+    except FileNotFoundError:
+        raise ModelError(f"{folder}: no model.json (not an imgtxt model folder)") from None
+    except OSError as e:
+        raise ModelError(f"{path}: unreadable ({e.strerror or e})") from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ModelError(f"{path}: over {MAX_CONFIG_BYTES >> 20} MB, not a model description")
+    try:
+        return json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise ModelError(f"{path}: not UTF-8 text (byte {e.start})") from None
+    except RecursionError:
+        raise ModelError(f"{path}: nested too deeply to be a model description") from None
+    except ValueError as e:   # JSONDecodeError, and the digit limit of int()
+        raise ModelError(f"{path}: not valid JSON ({str(e).splitlines()[0][:200]})") from None
 
 
 def check_shapes(tensors, config: dict, path: Path) -> None:
@@ -99,3 +157,55 @@ def check_shapes(tensors, config: dict, path: Path) -> None:
         if name + ".scale" in tensors and tensors.shape(name + ".scale") != found[:1]:
             raise ModelError(f"{path}: tensor {name}.scale has shape {tensors.shape(name + '.scale')}, "
                              f"expected {found[:1]}")
+
+
+
+
+def _weights_cache() -> Path:
+    from imgtxt.paths import cache_dir
+
+    return cache_dir() / "weights-sha256.json"
+
+
+def verify_weights(path: Path, recorded: str | None) -> str:
+    """The sha256 of the weights file, checked against model.json's (models saved before it was recorded are
+    only hashed). The digest is remembered in the cache by the file's (size, mtime_ns, inode, device), so a
+    file is read once per change, not at every load (45 MB: ~50 ms)."""
+    st = os.stat(path)
+    stamp = [st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev]
+    key = os.fsdecode(os.path.abspath(path))
+    cache_file = _weights_cache()
+    try:
+        cache = json.loads(cache_file.read_text(encoding="utf-8"))
+        cache = cache if isinstance(cache, dict) else {}
+    except (OSError, ValueError, RecursionError):
+        cache = {}
+    entry = cache.get(key)
+    if isinstance(entry, list) and len(entry) == 5 and entry[:4] == stamp and isinstance(entry[4], str):
+        digest = entry[4]
+    else:
+        sha = hashlib.sha256()
+        with open(path, "rb") as f:
+            while chunk := f.read(1 << 20):
+                sha.update(chunk)
+        digest = sha.hexdigest()
+        cache[key] = [*stamp, digest]
+        _write_cache(cache_file, cache)
+    if recorded is not None and digest != recorded:
+        raise ModelError(f"{path}: the weights differ from the weights_sha256 in model.json (changed or damaged "
+                         f"after the model was saved); restore the file, or save the model again")
+    return digest
+
+
+def _write_cache(cache_file: Path, cache: dict) -> None:
+    """Best effort (a read-only or full cache only costs a re-hash next time); never leaves a partial file."""
+    tmp = cache_file.with_name(f"{cache_file.name}.{os.getpid()}.tmp")
+    try:
+        cache_file.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(cache), encoding="utf-8")
+        os.replace(tmp, cache_file)
+    except OSError:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass

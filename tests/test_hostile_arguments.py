@@ -1,0 +1,124 @@
+"""The Python API and the CLI against wrong arguments: each a one-line ImgtxtError before anything runs, never
+a traceback, a walk from "/", a forgotten library or an unbounded read."""
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+
+import pytest
+from conftest import write_photo
+
+from imgtxt import ImgtxtError
+from imgtxt.library.photo_library import Library
+
+
+def one_line(text: str) -> bool:
+    return len(text.strip().splitlines()) == 1 and "Traceback" not in text
+
+
+def photo_count(index_dir) -> int:
+    with sqlite3.connect(index_dir / "index.db") as conn:
+        return conn.execute("SELECT count(*) FROM photos").fetchone()[0]
+
+
+def test_an_empty_path_never_forgets_the_current_folder(library, tmp_path, monkeypatch):
+    write_photo(tmp_path / "p" / "a.jpg", seed=1)
+    library.run("index", tmp_path / "p", "-q")
+    monkeypatch.chdir(tmp_path)                                    # the photos are under the current folder
+    result = library.run("forget", "", ok=False)
+    assert result.exit_code == 1 and one_line(result.stderr) and "empty" in result.stderr, result.stderr
+    with pytest.raises(ImgtxtError, match="empty"):
+        Library(library.index).forget("")
+    with pytest.raises(ImgtxtError, match="empty"):
+        Library(library.index).forget(" ")
+    assert photo_count(library.index) == 1
+
+
+def test_index_given_one_str_indexes_that_folder(library, tmp_path, monkeypatch):
+    from imgtxt.library import indexer
+
+    seen = []
+    monkeypatch.setattr(indexer, "run_index", lambda index_dir, roots, *a, **k: seen.append(roots) or indexer.Summary())
+    Library(library.index, library.model).index(str(tmp_path / "p"))
+    Library(library.index, library.model).index(tmp_path / "q")
+    assert seen == [[str(tmp_path / "p")], [str(tmp_path / "q")]]
+
+
+@pytest.mark.parametrize("method, args, kwargs, message", [
+    ("index", (["x"],), {"batch_size": 1_000_000}, "batch_size must be 1 to 1024"),
+    ("index", (["x"],), {"batch_size": "32"}, "batch_size must be an integer"),
+    ("index", (["x"],), {"workers": 0}, "workers must be 1 to"),
+    ("index", ([],), {}, "at least one"),
+    ("index", ([""],), {}, "empty"),
+    ("index", (42,), {}, "must be a path or a list of paths"),
+    ("index", (["x"],), {"exclude": [1]}, "exclude must be a list of str"),
+    ("index", (["x"],), {"prune": "yes"}, "prune must be True or False"),
+    ("search", (b"dog",), {}, "query must be a str"),
+    ("search", ("dog",), {"n": "5"}, "n must be an integer"),
+    ("search", ("dog",), {"n": 0}, "n must be at least 1"),
+    ("search", ("dog",), {"min_score": "0.2"}, "min_score must be a number"),
+    ("search", ("dog",), {"min_score": float("nan")}, "min_score must be a number"),
+    ("similar", (None,), {}, "photo must be a path"),
+    ("caption", ("a.jpg",), {"captions": "a dog"}, None),           # one caption: accepted as a list of one
+    ("caption", ("a.jpg",), {"captions": [1, 2]}, "captions must be a list of str"),
+    ("photo", ("7",), {}, "photo_id must be an integer"),
+    ("photo", (1 << 64,), {}, "photo_id must be 1 to"),
+])
+def test_wrong_arguments_are_one_line_errors(library, method, args, kwargs, message):
+    lib = Library(library.index, library.model)
+    if message is None:
+        with pytest.raises(ImgtxtError) as caught:     # past the arguments: fails on the missing photo instead
+            getattr(lib, method)(*args, **kwargs)
+        assert "must be" not in str(caught.value)
+        return
+    with pytest.raises(ImgtxtError, match=message) as caught:
+        getattr(lib, method)(*args, **kwargs)
+    assert one_line(str(caught.value))
+
+
+def test_library_paths_must_be_paths(tmp_path):
+    with pytest.raises(ImgtxtError, match="index_dir must be a path"):
+        Library(123)
+    with pytest.raises(ImgtxtError, match="model must be a path"):
+        Library(tmp_path, model=["m"])
+
+
+def test_batch_size_is_bounded_on_the_command_line(library, tmp_path):
+    result = library.run("index", tmp_path, "--batch-size", "1000000", ok=False)
+    assert result.exit_code == 2 and "1000000" in result.stderr
+
+
+@pytest.mark.parametrize("kind", ["dev-zero", "fifo", "huge", "latin-1"])
+def test_a_captions_file_is_read_with_a_bound(library, tmp_path, kind):
+    photo = write_photo(tmp_path / "a.jpg", seed=1)
+    captions = tmp_path / "captions.txt"
+    if kind == "dev-zero":
+        captions = "/dev/zero"
+    elif kind == "fifo":
+        os.mkfifo(captions)
+    elif kind == "huge":
+        with open(captions, "wb") as f:
+            f.truncate(65 << 20)                       # sparse: no disk used
+    else:
+        captions.write_bytes("un caf\xe9 au soleil\n".encode("latin-1"))
+    command = [sys.executable, "-m", "imgtxt", "caption", str(photo), "--captions", str(captions),
+               "--model", str(library.model)]
+    try:
+        out = subprocess.run(command, env=library.env, capture_output=True, text=True, timeout=120, check=False)
+    except subprocess.TimeoutExpired:
+        pytest.fail("caption --captions read without bound")
+    assert out.returncode == 1 and one_line(out.stderr), out.stderr
+    assert {"dev-zero": "not a regular file", "fifo": "not a regular file", "huge": "MB of captions",
+            "latin-1": "must be UTF-8"}[kind] in out.stderr
+
+
+def test_an_unreachable_ray_cluster_is_one_line_in_seconds(library, tmp_path):
+    import time
+
+    write_photo(tmp_path / "p" / "a.jpg", seed=1)
+    start = time.monotonic()
+    result = library.run("index", tmp_path / "p", "--ray", "127.0.0.1:1", ok=False)
+    assert time.monotonic() - start < 30
+    assert result.exit_code == 1 and one_line(result.stderr) and "cannot reach Ray" in result.stderr, result.stderr
