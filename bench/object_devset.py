@@ -233,7 +233,7 @@ def measure(model_dir: Path, work: Path, photos: Path, distractors: Path, worker
 
 
 def print_tables(results: list[dict]) -> None:
-    names = [Path(r["model"]).name or r["model"] for r in results]
+    names = [r["model_id"] for r in results]
     width = max(10, *(len(n) for n in names))
     print(f"object dev set: {len(PHOTOS)} photos among {results[0]['gallery'] - len(PHOTOS)} Flickr8k val "
           f"distractors, {len(QUERIES)} queries")
