@@ -50,3 +50,10 @@ def test_every_query_names_photos_of_the_set_and_every_photo_is_asked_for():
         wanted |= right
     assert wanted == names
     assert len({query for query, _ in devset.QUERIES}) == len(devset.QUERIES)
+
+
+def test_a_missing_package_is_named_in_one_line():
+    photo = devset.Photo("x.jpg", "no_such_package_here", "x.jpg", "x", "CC0", "nowhere")
+    with pytest.raises(devset.DevSetError, match=r"'no_such_package_here', which is not installed") as error:
+        devset.package_file(photo)
+    assert "\n" not in str(error.value)
