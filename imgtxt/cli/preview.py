@@ -52,7 +52,8 @@ def print_with_thumbnails(matches, library, size: int = 256, rows: int = 8) -> N
     for m in matches:  # names escaped as in the plain table: an ESC in a file name must not drive the terminal
         also = f"  (same photo: {', '.join(printable(c) for c in m.copies)})" if m.copies else ""
         level = f"{m.level:<8}  " if m.level else ""
-        console.print(f"{m.rank:>4}  {m.score:>7.3f}  {level}{printable(m.path)}{also}", markup=False, highlight=False)
+        console.print(f"{m.rank:>4}  {m.score:>7.3f}  {level}{printable(m.path)}{also}", markup=False, highlight=False,
+                      soft_wrap=True)  # a long path stays one line (copyable), as in the plain table
         try:
             console.print(image(library.thumbnail(m.id, size), height=rows))
         except ImgtxtError as e:  # unreadable now: the text line is still useful
