@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import stat
 import time
 
 import numpy as np
@@ -229,6 +230,7 @@ def test_annoy_above_exact_max_finds_the_true_neighbours(tmp_path, monkeypatch):
     synced = vector_build.sync(store, "m", DIM, "cosine")
     assert synced.action == "rebuilt" and "past exact search" in synced.reason
     assert {p.suffix for p in tmp_path.glob("vectors-*")} == {".ann", ".ids"}
+    assert {stat.S_IMODE(p.stat().st_mode) for p in tmp_path.glob("vectors-*")} == {0o600}   # private, as the db
     add(store, clustered(1890, 9), start=510)
     assert vector_build.sync(store, "m", DIM, "cosine").action == "rebuilt"
     calls = annoy_calls(monkeypatch)
