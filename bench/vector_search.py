@@ -18,6 +18,7 @@ that is found. With --json, one JSON object a line per row; the shipped row has 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import shutil
@@ -67,7 +68,7 @@ def timed(build):
     return value, round(time.perf_counter() - t, 1), round(time.process_time() - c, 1)
 
 
-def annoy_rows(args, folder: Path, library: np.ndarray, queries, truth, truth200, trees: int) -> list[dict]:
+def annoy_rows(args, folder: Path, library: np.ndarray, queries, truth, truth200, trees: int):
     from imgtxt.library import vector_build, vector_index
 
     n = len(library)
@@ -78,7 +79,6 @@ def annoy_rows(args, folder: Path, library: np.ndarray, queries, truth, truth200
                                                                         library.shape[1], n, kind="annoy"))
     vector_index.N_TREES = shipped_trees
     index = vector_index.VectorIndex(folder, record)
-    rows = []
     for k in sorted({shipped_k, *args.search_k}):
         vector_index.SEARCH_K = k
         row = {"engine": "annoy", "size": n, "setting": f"{trees} trees, search_k {vector_index.search_k(10, n)}",
@@ -90,12 +90,11 @@ def annoy_rows(args, folder: Path, library: np.ndarray, queries, truth, truth200
             wide = measure(lambda q: index.search(q, 200, vector_index.dot_scorer(q))[0], queries[:100],
                            truth200[:100], k=200)
             row.update(recall_at_200=wide["recall_at_200"], p50_ms_at_200=wide["p50_ms"])
-        rows.append(row)
-    vector_index.SEARCH_K = shipped_k
-    return rows
+        vector_index.SEARCH_K = shipped_k
+        yield row
 
 
-def compare_rows(folder: Path, library: np.ndarray, queries, truth) -> list[dict]:
+def compare_rows(folder: Path, library: np.ndarray, queries, truth):
     from imgtxt.library import vector_build, vector_index
 
     n, dim = library.shape
@@ -103,9 +102,9 @@ def compare_rows(folder: Path, library: np.ndarray, queries, truth) -> list[dict
     record, build_s, build_cpu = timed(lambda: vector_build.write_build(folder, "exact", iter(chunks), "bench",
                                                                         dim, n, kind="exact"))
     index = vector_index.VectorIndex(folder, record)
-    rows = [{"engine": "exact", "size": n, "setting": "every vector (mapped float32)",
-             **measure(lambda q: index.search(q, 10, vector_index.dot_scorer(q))[0], queries, truth),
-             "build_s": build_s, "build_cpu_s": build_cpu, "disk_bytes": record.bytes}]
+    yield {"engine": "exact", "size": n, "setting": "every vector (mapped float32)",
+           **measure(lambda q: index.search(q, 10, vector_index.dot_scorer(q))[0], queries, truth),
+           "build_s": build_s, "build_cpu_s": build_cpu, "disk_bytes": record.bytes}
     try:
         import faiss
     except ImportError:
@@ -123,10 +122,9 @@ def compare_rows(folder: Path, library: np.ndarray, queries, truth) -> list[dict
         faiss.omp_set_num_threads(1)
         ivf.nprobe = 16
         faiss.write_index(ivf, str(folder / "ivf.faiss"))
-        rows.append({"engine": "faiss-ivfflat", "size": n, "setting": f"{lists} lists, nprobe 16",
-                     **measure(lambda q: ivf.search(q[None], 10)[1][0] + 1, queries, truth),
-                     "build_s": build_s, "build_cpu_s": build_cpu,
-                     "disk_bytes": os.path.getsize(folder / "ivf.faiss")})
+        yield {"engine": "faiss-ivfflat", "size": n, "setting": f"{lists} lists, nprobe 16",
+               **measure(lambda q: ivf.search(q[None], 10)[1][0] + 1, queries, truth),
+               "build_s": build_s, "build_cpu_s": build_cpu, "disk_bytes": os.path.getsize(folder / "ivf.faiss")}
         del ivf, quantizer
     try:
         import hnswlib
@@ -142,11 +140,9 @@ def compare_rows(folder: Path, library: np.ndarray, queries, truth) -> list[dict
         hnsw.set_ef(128)
         hnsw.set_num_threads(1)
         hnsw.save_index(str(folder / "hnsw.bin"))
-        rows.append({"engine": "hnswlib", "size": n, "setting": "M 16, ef 128",
-                     **measure(lambda q: hnsw.knn_query(q[None], 10)[0][0], queries, truth),
-                     "build_s": build_s, "build_cpu_s": build_cpu,
-                     "disk_bytes": os.path.getsize(folder / "hnsw.bin")})
-    return rows
+        yield {"engine": "hnswlib", "size": n, "setting": "M 16, ef 128",
+               **measure(lambda q: hnsw.knn_query(q[None], 10)[0][0], queries, truth),
+               "build_s": build_s, "build_cpu_s": build_cpu, "disk_bytes": os.path.getsize(folder / "hnsw.bin")}
 
 
 def main() -> None:
@@ -188,14 +184,10 @@ def main() -> None:
         folder = args.work / f"vector-search-{n}"
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)
-        rows = []
-        for trees in sorted({vector_index.N_TREES, *(int(t) for t in args.trees.split(",") if t)}):
-            rows += annoy_rows(args, folder, library, queries, truth, truth200, trees)
-        if args.compare:
-            rows += compare_rows(folder, library, queries, truth)
-        load = os.getloadavg()
-        for row in rows:
-            row.update(load_1min=round(load[0], 1), cores=os.cpu_count())
+        rows = (row for trees in sorted({vector_index.N_TREES, *(int(t) for t in args.trees.split(",") if t)})
+                for row in annoy_rows(args, folder, library, queries, truth, truth200, trees))
+        for row in itertools.chain(rows, compare_rows(folder, library, queries, truth) if args.compare else []):
+            row.update(load_1min=round(os.getloadavg()[0], 1), cores=os.cpu_count())
             if args.json:
                 print(json.dumps(row), flush=True)
             else:

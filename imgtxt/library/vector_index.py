@@ -125,7 +125,7 @@ class Record:
               "digest", "ids_digest", "add_digest")
 
     @classmethod
-    def from_meta(cls, meta: dict) -> "Record":
+    def from_meta(cls, meta: dict) -> Record:
         try:
             return cls(**{k: type(getattr(cls, k))(meta.get(f"vec_{k}", getattr(cls, k))) for k in cls.FIELDS})
         except ValueError:
@@ -224,8 +224,8 @@ class VectorIndex:
         self.record, dim, n = record, record.dim, record.count
         path = record.main_path(index_dir)
         self.annoy = None
-        if record.kind == "annoy":
-            from annoy import AnnoyIndex   # only libraries past EXACT_MAX pay for the import
+        if record.kind == "annoy":   # (only libraries past EXACT_MAX pay for importing annoy)
+            from annoy import AnnoyIndex
 
             self.ids = np.memmap(record.ids_path(index_dir), "<i8", "r", 0, (n,))
             self.vectors = annoy_rows(path, n, dim)
