@@ -221,8 +221,15 @@ def annoy_calls(monkeypatch) -> list[int]:
     return calls
 
 
+def test_search_k_grows_with_the_results_asked_for_and_the_library():
+    assert vector_index.search_k(10, 100_000) == vector_index.SEARCH_K
+    assert vector_index.search_k(200, 100_000) == 20 * vector_index.search_k(10, 100_000)
+    assert vector_index.search_k(10, 10**7) == round(vector_index.SEARCH_K_FRACTION * 10**7) > vector_index.SEARCH_K
+
+
 def test_annoy_above_exact_max_finds_the_true_neighbours(tmp_path, monkeypatch):
     monkeypatch.setattr(vector_index, "EXACT_MAX", 500)
+    monkeypatch.setattr(vector_index, "SEARCH_K_FRACTION", 0.0)        # SEARCH_K alone, set below
     store = Store(tmp_path)
     add(store, clustered(480, 0))
     assert vector_build.sync(store, "m", DIM, "cosine").action == "rebuilt"
