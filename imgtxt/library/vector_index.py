@@ -45,9 +45,9 @@ import numpy as np
 from .store import vector_chunks
 
 EXACT_MAX = 50_000       # exact search up to here; Annoy above (docs/vector-index.md: the measured crossover)
-N_TREES = 10             # Annoy trees: recall@10 0.964 at 100k with SEARCH_K; 3% more disk than the vectors (docs)
+N_TREES = 10             # Annoy trees: recall@10 0.955 at 100k with SEARCH_K; 3% more disk than the vectors (docs)
 SEARCH_K = 30_000        # Annoy candidates per query for 10 results ...
-SEARCH_K_FRACTION = 0.1  # ... or this fraction of the build, if more (from 300k photos; 100k at 1M, docs)
+SEARCH_K_FRACTION = 0.15  # ... or this fraction of the build, if more (from 200k photos; 150k at 1M, docs)
 RESULTS_PER_SEARCH_K = 10  # search_k grows in step with the results asked for beyond this many
 REBUILD_FRACTION = 0.10  # appended or dead rows beyond this fraction of the build trigger a full rebuild
 BUILD_THREADS = -1       # Annoy's build threads (-1: one per core)
