@@ -11,6 +11,7 @@ per caption.
 from __future__ import annotations
 
 import argparse
+
 import numpy as np
 
 

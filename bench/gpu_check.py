@@ -75,7 +75,12 @@ def main() -> None:
     args = ap.parse_args()
 
     from imgtxt.library.photo_work import Work, decode
-    from imgtxt.model.cnn_runtime import cached_graph_path, cuda_offered, export_to_cache, open_extractor
+    from imgtxt.model.cnn_runtime import (
+        cached_graph_path,
+        cuda_offered,
+        export_to_cache,
+        open_extractor,
+    )
     from imgtxt.model.fne import full_network_embedding
     from imgtxt.model.modelfile import TrainedModel, default_model_dir
 

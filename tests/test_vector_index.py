@@ -1,9 +1,10 @@
 """The vector search files: written only when vectors changed, appended for additions, validated against the
-record in SQLite before they are mapped, exact below EXACT_MAX and by k-means cells above (no CNN)."""
+record in SQLite before they are mapped, exact below EXACT_MAX and through Annoy above (no CNN)."""
 from __future__ import annotations
 
 import os
 import sqlite3
+import stat
 import time
 
 import numpy as np
@@ -56,13 +57,22 @@ def same(hits, expected) -> bool:
                                                                              [s for _, s in expected], atol=1e-5)
 
 
-def test_unchanged_runs_write_nothing_and_additions_are_appended(tmp_path):
+@pytest.fixture(params=["exact", "annoy"])
+def kind(request, monkeypatch):
+    """Each test below runs on both layouts: the float32 matrix, and Annoy (EXACT_MAX lowered below the library)."""
+    if request.param == "annoy":
+        monkeypatch.setattr(vector_index, "EXACT_MAX", 50)
+        monkeypatch.setattr(vector_index, "SEARCH_K", 60)     # so Annoy answers, not the scan of everything
+    return request.param
+
+
+def test_unchanged_runs_write_nothing_and_additions_are_appended(tmp_path, kind):
     store = Store(tmp_path)
     add(store, clustered(300, 0))
     synced = vector_build.sync(store, "m", DIM, "cosine")
     assert (synced.action, synced.live) == ("rebuilt", 300) and "there was none" in synced.reason
     before = files(tmp_path)
-    assert len(before) == 1
+    assert {name.rsplit(".", 1)[1] for name in before} == ({"vec"} if kind == "exact" else {"ann", "ids"})
 
     time.sleep(0.01)
     assert vector_build.sync(store, "m", DIM, "cosine").action == "unchanged"
@@ -72,10 +82,11 @@ def test_unchanged_runs_write_nothing_and_additions_are_appended(tmp_path):
     synced = vector_build.sync(store, "m", DIM, "cosine")
     assert (synced.action, synced.rows, synced.live) == ("appended", 20, 320)
     after = files(tmp_path)
-    main = next(name for name in before)
-    assert after[main] == before[main] and len(after) == 2
+    assert {name: after[name] for name in before} == before and len(after) == len(before) + 1
     query = clustered(1, 7)[0]
     assert same(search(tmp_path, query, 10)[1], exact(tmp_path, query, 10))
+    # The additions are found before any rebuild: a query equal to an appended photo finds it first.
+    assert search(tmp_path, clustered(20, 1)[4], 1)[1][0][0] == 305
 
     # A photo re-embedded in place keeps its id; its appended row answers, not the one in the build.
     target = clustered(1, 8)[0]
@@ -111,11 +122,11 @@ def test_many_additions_or_another_model_rebuild_and_old_files_go(tmp_path):
 
 
 @pytest.mark.parametrize("damage", ["truncate", "delete", "record"])
-def test_files_that_do_not_match_the_record_are_never_mapped(tmp_path, damage):
+def test_files_that_do_not_match_the_record_are_never_mapped(tmp_path, damage, kind):
     store = Store(tmp_path)
     add(store, clustered(200, 0))
     vector_build.sync(store, "m", DIM, "cosine")
-    (path,) = tmp_path.glob("vectors-*.vec")
+    (path,) = tmp_path.glob("vectors-*.vec" if kind == "exact" else "vectors-*.ann")
     if damage == "truncate":
         os.truncate(path, path.stat().st_size - 8)
     elif damage == "delete":
@@ -131,14 +142,16 @@ def test_files_that_do_not_match_the_record_are_never_mapped(tmp_path, damage):
     assert isinstance(search(tmp_path, query, 10)[0], vector_index.VectorIndex)
 
 
-@pytest.mark.parametrize("damage", ["garble-vec", "garble-add"])
-def test_garbled_files_of_the_right_size_are_caught_by_their_digest_with_a_notice(tmp_path, damage):
+@pytest.mark.parametrize("damage", ["garble-main", "garble-ids", "garble-add"])
+def test_garbled_files_of_the_right_size_are_caught_by_their_digest_with_a_notice(tmp_path, damage, kind):
     store = Store(tmp_path)
     add(store, clustered(200, 0))
     vector_build.sync(store, "m", DIM, "cosine")
     add(store, clustered(5, 1), start=200)
     assert vector_build.sync(store, "m", DIM, "cosine").action == "appended"
-    (path,) = tmp_path.glob("vectors-*.vec" if damage == "garble-vec" else "vectors-*.add")
+    suffix = {"garble-main": "vec" if kind == "exact" else "ann", "garble-ids": "ids" if kind == "annoy" else "vec",
+              "garble-add": "add"}[damage]
+    (path,) = tmp_path.glob(f"vectors-*.{suffix}")
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0xFF                                         # one byte: same size, other content
     path.write_bytes(bytes(data))
@@ -194,29 +207,99 @@ def test_a_run_killed_after_appending_leaves_a_tail_that_is_ignored_then_cut(tmp
     assert tail.stat().st_size == size + vector_index.add_row_dtype(DIM).itemsize
 
 
-def test_cells_above_exact_max_find_the_true_neighbours(tmp_path, monkeypatch):
+def annoy_calls(monkeypatch) -> list[int]:
+    """The search_k of every query that Annoy answered (rather than a scan of every vector)."""
+    calls, real = [], vector_index.VectorIndex.__init__
+
+    def init(self, *args):
+        real(self, *args)
+        if self.annoy is not None:
+            found = self.annoy.get_nns_by_vector
+            self.annoy = type("Spy", (), {"get_nns_by_vector": lambda _, q, k, search_k: calls.append(search_k)
+                                          or found(q, k, search_k=search_k)})()
+    monkeypatch.setattr(vector_index.VectorIndex, "__init__", init)
+    return calls
+
+
+def test_search_k_grows_with_the_results_asked_for_and_the_library():
+    assert vector_index.search_k(10, 100_000) == vector_index.SEARCH_K
+    assert vector_index.search_k(200, 100_000) == 20 * vector_index.search_k(10, 100_000)
+    assert vector_index.search_k(10, 10**7) == round(vector_index.SEARCH_K_FRACTION * 10**7) > vector_index.SEARCH_K
+
+
+def test_annoy_above_exact_max_finds_the_true_neighbours(tmp_path, monkeypatch):
     monkeypatch.setattr(vector_index, "EXACT_MAX", 500)
-    monkeypatch.setattr(vector_index, "CELL_SIZE", 64)
+    monkeypatch.setattr(vector_index, "SEARCH_K_FRACTION", 0.0)        # SEARCH_K alone, set below
     store = Store(tmp_path)
-    add(store, clustered(3000, 0))
-    vector_build.sync(store, "m", DIM, "cosine")
+    add(store, clustered(480, 0))
+    assert vector_build.sync(store, "m", DIM, "cosine").action == "rebuilt"
+    add(store, clustered(30, 1), start=480)                             # 6%: would be appended, but past 500
+    synced = vector_build.sync(store, "m", DIM, "cosine")
+    assert synced.action == "rebuilt" and "past exact search" in synced.reason
+    assert {p.suffix for p in tmp_path.glob("vectors-*")} == {".ann", ".ids"}
+    assert {stat.S_IMODE(p.stat().st_mode) for p in tmp_path.glob("vectors-*")} == {0o600}   # private, as the db
+    add(store, clustered(1890, 9), start=510)
+    assert vector_build.sync(store, "m", DIM, "cosine").action == "rebuilt"
+    calls = annoy_calls(monkeypatch)
     vectors = search(tmp_path, clustered(1, 1)[0], 1)[0]
-    assert isinstance(vectors, vector_index.VectorIndex) and len(vectors.centroids) == 47
-    starts = np.asarray(vectors.starts)
-    assert starts[0] == 0 and starts[-1] == 3000 and np.all(np.diff(starts) >= 0)
-    assert sorted(np.asarray(vectors.ids)) == list(range(1, 3001))      # every row once, sorted by cell
+    assert vectors.record.kind == "annoy" and vectors.record.trees == vector_index.N_TREES
+    assert sorted(np.asarray(vectors.ids)) == list(range(1, 2401))      # every row once
+    np.testing.assert_array_equal(np.asarray(vectors.vectors), decode_vectors(   # Annoy's items are the rows
+        [r[0] for r in sqlite3.connect(tmp_path / "index.db").execute("SELECT embedding FROM photos ORDER BY id")],
+        DIM)[np.asarray(vectors.ids) - 1])
+    # A generous search_k (below the library's size, so Annoy still answers): the exact answer, scores included.
+    monkeypatch.setattr(vector_index, "SEARCH_K", 2399)
+    for query in clustered(20, 2):
+        assert same(search(tmp_path, query, 10)[1], exact(tmp_path, query, 10))
+    assert len(calls) == 20 and set(calls) == {2399}
+    # A small one: approximate, yet most of the true neighbours; search_k grows with the results asked for.
+    monkeypatch.setattr(vector_index, "SEARCH_K", 100)
     recalls = []
-    for query in clustered(50, 2):
+    for query in clustered(50, 3):
         found = {i for i, _ in search(tmp_path, query, 10)[1]}
         recalls.append(len(found & {i for i, _ in exact(tmp_path, query, 10)}) / 10)
-    assert np.mean(recalls) >= 0.9
-    # Asking for many results scores everything: exactly the exact answer.
+    assert np.mean(recalls) >= 0.9 and calls[-1] == 100
+    search(tmp_path, clustered(1, 4)[0], 200)
+    assert calls[-1] == 100 * 20
+    # Asking for as many results as search_k would cover scores everything: exactly the exact answer.
+    calls.clear()
     query = clustered(1, 3)[0]
     assert same(search(tmp_path, query, 600)[1], exact(tmp_path, query, 600))
     everything = search(tmp_path, query, 10**6)[1]                                  # -n beyond the library
-    expected = exact(tmp_path, query, 3000)
+    expected = exact(tmp_path, query, 2400)
     assert sorted(i for i, _ in everything) == sorted(i for i, _ in expected)       # (ties may swap places)
     assert np.allclose([s for _, s in everything], [s for _, s in expected], atol=1e-5)
+    assert calls == []
+
+
+def test_an_index_of_the_cells_version_is_upgraded_and_its_rows_are_untouched(tmp_path):
+    """The previous version's files (a float32 .vec sorted into k-means cells, its record without vec_kind):
+    searched exactly with a notice, then rebuilt by the next run; SQLite's rows stay as they were."""
+    store = Store(tmp_path)
+    vectors = clustered(300, 0)
+    add(store, vectors)
+    cells, ids = 2, np.arange(1, 301)
+    stem = "vectors-m-0123abcd"
+    layout = np.concatenate([ids.view(np.float32).reshape(-1), vectors.reshape(-1), vectors[:cells].reshape(-1)])
+    data = layout.tobytes() + np.array([0, 150, 300], "<i8").tobytes()
+    (tmp_path / f"{stem}.vec").write_bytes(data)
+    store.set_meta(vec_model="m", vec_file=stem, vec_count=300, vec_cells=cells, vec_dim=DIM, vec_bytes=len(data),
+                   vec_add=0, vec_live=300, vec_max_id=300, vec_synced_at="2026-01-01T00:00:00.000000",
+                   vec_digest=vector_index.digest(tmp_path / f"{stem}.vec", len(data)), vec_add_digest="",
+                   vectors_dirty=0)
+    rows_before = sqlite3.connect(tmp_path / "index.db").execute("SELECT * FROM photos ORDER BY id").fetchall()
+    conn = open_readonly(tmp_path)
+    notices: list[str] = []
+    found = vector_index.open_vectors(tmp_path, read_meta(conn), conn, "m", DIM, notices)
+    assert isinstance(found, vector_index.ExactFromRows) and "earlier version" in notices[0]
+    synced = vector_build.sync(store, "m", DIM, "cosine")               # no vector changed, yet rebuilt
+    assert synced.action == "rebuilt" and "earlier version" in synced.reason
+    assert not (tmp_path / f"{stem}.vec").exists()
+    assert sqlite3.connect(tmp_path / "index.db").execute("SELECT * FROM photos ORDER BY id").fetchall() == rows_before
+    query = clustered(1, 5)[0]
+    assert isinstance(search(tmp_path, query, 10)[0], vector_index.VectorIndex)
+    assert same(search(tmp_path, query, 10)[1], exact(tmp_path, query, 10))
+    assert vector_build.sync(store, "m", DIM, "cosine").action == "unchanged"
 
 
 def test_order_similarity_is_scored_by_the_models_own_function(tmp_path):

@@ -1,5 +1,6 @@
 """Writing the search files (see vector_index.py for their layout and how searches read them): a full build
-sorted into k-means cells, rows appended since, and `sync`, which after an index run does only what changed.
+(the float32 matrix up to EXACT_MAX photos, an Annoy index above), rows appended since, and `sync`, which after an
+index run does only what changed.
 
 Every file is written under a new generation name (or appended past its recorded length) and fsynced before the
 record in SQLite points at it, so a search, or a crash at any point, never meets half a file.
@@ -18,85 +19,75 @@ from . import (
     vector_index,  # its tuning constants are read through the module, so tests and bench/ can vary them
 )
 from .store import now_precise, vector_chunks
-from .vector_index import Record, add_row_dtype, digest, file_stem, main_bytes
+from .vector_index import Record, add_row_dtype, digest, exact_bytes, file_stem
 
 
-def kmeans(sample: np.ndarray, cells: int, spherical: bool, seed: int = 0) -> np.ndarray:
-    """Lloyd's k-means (spherical: unit centroids, for cosine) on a sample; empty cells are re-seeded."""
-    rng = np.random.default_rng(seed)
-    centroids = sample[rng.choice(len(sample), cells, replace=False)].copy()
-    for _ in range(vector_index.KMEANS_ITERATIONS):
-        assign = nearest_cell(sample, centroids)
-        counts = np.bincount(assign, minlength=cells)
-        order = np.argsort(assign, kind="stable")
-        filled = np.flatnonzero(counts)
-        centroids = sample[rng.choice(len(sample), cells, replace=False)].copy()   # empty cells: re-seeded
-        centroids[filled] = (np.add.reduceat(sample[order], np.searchsorted(assign[order], filled))
-                             / counts[filled][:, None])
-        if spherical:
-            centroids /= np.maximum(np.linalg.norm(centroids, axis=1, keepdims=True), 1e-12)
-    return centroids
+def kind_for(count: int, similarity: str) -> str:
+    """Annoy answers by dot product: a model scored otherwise (order embeddings) is searched exactly at any size."""
+    return "annoy" if count > vector_index.EXACT_MAX and similarity == "cosine" else "exact"
 
 
-def nearest_cell(x: np.ndarray, centroids: np.ndarray, chunk: int = 16384) -> np.ndarray:
-    """argmin of Euclidean distance (= argmax of cosine for unit centroids), in chunks to bound memory."""
-    half_norms = 0.5 * np.square(centroids).sum(axis=1)
-    return np.concatenate([np.argmax(np.asarray(x[s:s + chunk]) @ centroids.T - half_norms, axis=1)
-                           for s in range(0, len(x), chunk)]) if len(x) else np.zeros(0, np.int64)
-
-
-def cells_for(count: int) -> int:
-    return 0 if count <= vector_index.EXACT_MAX else max(vector_index.MIN_PROBE, round(count / vector_index.CELL_SIZE))
-
-
-def write_build(index_dir: Path, stem: str, chunks, model_id: str, dim: int, count: int, spherical: bool) -> Record:
-    """Write `<stem>.vec` from `chunks` ((ids, float32 vectors) pairs, `count` rows in all); returns its record."""
-    cells = cells_for(count)
-    size = main_bytes(count, cells, dim)
-    final = Path(index_dir) / f"{stem}.vec"
-    tmp = Path(index_dir) / f"{stem}.vec.tmp"
-    with _private_open(tmp) as f:
-        f.truncate(size)
-    ids = np.memmap(tmp, "<i8", "r+", 0, (count,))
-    vectors = np.memmap(tmp, "<f4", "r+", count * 8, (count, dim))
-    unsorted = vectors
-    if cells:  # stream into a scratch file first: rows are placed by cell once all are assigned
-        scratch = Path(index_dir) / f"{stem}.scratch"
-        with _private_open(scratch) as f:
-            f.truncate(count * (8 + dim * 4))
-        unsorted_ids = np.memmap(scratch, "<i8", "r+", 0, (count,))
-        unsorted = np.memmap(scratch, "<f4", "r+", count * 8, (count, dim))
+def _rows(chunks, count: int):
+    """(first row, ids, vectors) of each chunk, checking that the photos did not change under the build."""
     row = 0
     for chunk_ids, chunk in chunks:
         if row + len(chunk_ids) > count:
             raise RuntimeError("photos were added while the vector index was built")
-        (unsorted_ids if cells else ids)[row:row + len(chunk_ids)] = chunk_ids
-        unsorted[row:row + len(chunk_ids)] = chunk
+        yield row, chunk_ids, chunk
         row += len(chunk_ids)
     if row != count:
         raise RuntimeError("photos were removed while the vector index was built")
-    if cells:
-        rng = np.random.default_rng(count)
-        sample_rows = np.sort(rng.choice(count, min(count, vector_index.KMEANS_SAMPLE * cells), replace=False))
-        centroids = kmeans(np.asarray(unsorted[sample_rows]), cells, spherical)
-        assign = nearest_cell(unsorted, centroids)
-        order = np.argsort(assign, kind="stable")
-        position = np.empty(count, np.int64)  # read the scratch file in order, write each row where its cell is
-        position[order] = np.arange(count)
-        for s in range(0, count, 65536):
-            vectors[position[s:s + 65536]] = unsorted[s:s + 65536]
-            ids[position[s:s + 65536]] = unsorted_ids[s:s + 65536]
-        np.memmap(tmp, "<f4", "r+", count * 8 + count * dim * 4, (cells, dim))[:] = centroids
-        np.memmap(tmp, "<i8", "r+", count * 8 + (count + cells) * dim * 4, (cells + 1,))[:] = \
-            np.concatenate([[0], np.cumsum(np.bincount(assign, minlength=cells))])
-        del unsorted, unsorted_ids
-        scratch.unlink()
-    vectors.flush()
-    ids.flush()
-    del ids, vectors
-    _fsync(tmp)
-    record = Record(model_id, stem, count, cells, dim, size, 0, count, digest=digest(tmp, size))
-    os.replace(tmp, final)
+
+
+def write_build(index_dir: Path, stem: str, chunks, model_id: str, dim: int, count: int,
+                kind: str = "exact") -> Record:
+    """Write the files of `kind` from `chunks` ((ids, float32 vectors) pairs, `count` rows in all); returns
+    their record. Every file goes to a .tmp name and is fsynced, then renamed."""
+    index_dir = Path(index_dir)
+    if kind == "exact":
+        tmp = index_dir / f"{stem}.vec.tmp"
+        size = exact_bytes(count, dim)
+        with _private_open(tmp) as f:
+            f.truncate(size)
+        ids = np.memmap(tmp, "<i8", "r+", 0, (count,))
+        vectors = np.memmap(tmp, "<f4", "r+", count * 8, (count, dim))
+        for row, chunk_ids, chunk in _rows(chunks, count):
+            ids[row:row + len(chunk_ids)] = chunk_ids
+            vectors[row:row + len(chunk_ids)] = chunk
+        vectors.flush()
+        ids.flush()
+        del ids, vectors
+        _fsync(tmp)
+        record = Record(model_id, stem, "exact", count, 0, dim, size, 0, count, digest=digest(tmp, size))
+        os.replace(tmp, index_dir / f"{stem}.vec")
+        return record
+    return _write_annoy(index_dir, stem, chunks, model_id, dim, count)
+
+
+def _write_annoy(index_dir: Path, stem: str, chunks, model_id: str, dim: int, count: int) -> Record:
+    from annoy import AnnoyIndex
+
+    ann_tmp, ids_tmp = index_dir / f"{stem}.ann.tmp", index_dir / f"{stem}.ids.tmp"
+    _private_open(ann_tmp).close()          # created 0600 here: Annoy's open keeps the mode of a file that exists
+    index = AnnoyIndex(dim, "dot")
+    index.set_seed(count)
+    index.on_disk_build(str(ann_tmp))       # nodes grow in the file, not in memory: the vectors are held once
+    with _private_open(ids_tmp) as f:
+        for row, chunk_ids, chunk in _rows(chunks, count):
+            f.write(np.asarray(chunk_ids, "<i8").tobytes())
+            for i, vector in enumerate(np.asarray(chunk, np.float32)):
+                index.add_item(row + i, vector)
+        f.flush()
+        os.fsync(f.fileno())
+    index.build(vector_index.N_TREES, n_jobs=vector_index.BUILD_THREADS)
+    index.unload()
+    del index
+    _fsync(ann_tmp)
+    size = os.path.getsize(ann_tmp)
+    record = Record(model_id, stem, "annoy", count, vector_index.N_TREES, dim, size, 0, count,
+                    digest=digest(ann_tmp, size), ids_digest=digest(ids_tmp, 8 * count))
+    os.replace(ids_tmp, index_dir / f"{stem}.ids")
+    os.replace(ann_tmp, index_dir / f"{stem}.ann")
     return record
 
 
@@ -152,7 +143,8 @@ def sync(store, model_id: str, dim: int, similarity: str) -> Synced:
 
     Nothing is written when no vector changed (SQLite's `vectors_dirty` flag, set with every vector written,
     is clear and the files match their record); new and re-embedded rows are appended; a full rebuild happens
-    for a new model, missing or damaged files, a build crossing vector_index.EXACT_MAX, or too many appended/dead rows.
+    for a new model, missing or damaged files, files of an earlier version, a build crossing
+    vector_index.EXACT_MAX, or too many appended/dead rows.
     """
     start = time.perf_counter()
     index_dir = store.index_dir
@@ -176,14 +168,16 @@ def sync(store, model_id: str, dim: int, similarity: str) -> Synced:
             store.set_meta(vec_live=live)
         return Synced("unchanged", live)
     reason = ("the model changed" if record.model and record.model != model_id else
-              "there was none" if not record.file else "its files did not match the database" if not valid else "")
+              "there was none" if not record.file else
+              "it was written by an earlier version of imgtxt" if record.kind not in vector_index.KINDS else
+              "its files did not match the database" if not valid else "")
     if not reason:
         appended = _append(index_dir, record, store, model_id)
         new = Record(**{**record.__dict__, "add": record.add + appended, "live": live, "max_id": max_id,
                         "synced_at": synced_at, "generation": generation})
         new.add_digest = digest(new.add_path(index_dir), new.add_bytes())
-        if cells_for(new.count + new.add) > 0 and new.cells == 0:
-            reason = f"{new.count + new.add} photos are past exact search ({vector_index.EXACT_MAX})"
+        if new.kind == "exact" and kind_for(live, similarity) == "annoy":   # (an Annoy build that shrinks stays)
+            reason = f"{live} photos are past exact search ({vector_index.EXACT_MAX})"
         elif new.add > vector_index.REBUILD_FRACTION * new.count:
             reason = f"{new.add} photos were added or changed since the last build of {new.count}"
         elif new.dead - new.add > vector_index.REBUILD_FRACTION * new.count:
@@ -194,7 +188,7 @@ def sync(store, model_id: str, dim: int, similarity: str) -> Synced:
     stem = file_stem(model_id, secrets.token_hex(4))
     try:
         new = write_build(index_dir, stem, vector_chunks(store.db.conn, model_id, dim), model_id, dim, live,
-                          similarity == "cosine")
+                          kind_for(live, similarity))
     except BaseException:
         for leftover in Path(index_dir).glob(f"{stem}.*"):
             leftover.unlink(missing_ok=True)
@@ -206,7 +200,7 @@ def sync(store, model_id: str, dim: int, similarity: str) -> Synced:
 
 
 def _remove_other_files(index_dir: Path, keep: str) -> None:
-    """Older generations, other models' files and Annoy files of earlier imgtxt versions."""
+    """Older generations, other models' files and the files of earlier imgtxt versions."""
     for path in Path(index_dir).glob("vectors-*"):
         if not keep or not path.name.startswith(keep + "."):
             path.unlink(missing_ok=True)

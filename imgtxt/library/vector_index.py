@@ -1,27 +1,33 @@
 """Nearest-neighbour search over the photos' vectors, kept in step with SQLite without rewriting what did not change.
 
 SQLite holds every vector (float16, the source of truth); vector_build.py keeps a float32 copy laid out for
-search, and this module reads it:
+search, and this module reads it. A build writes one of two layouts:
 
-  vectors-<model>-<gen>.vec   written by a full build: ids int64 (N) | vectors float32 (N, D) |
-                              centroids float32 (C, D) | cell starts int64 (C + 1); rows sorted by k-means cell
-  vectors-<model>-<gen>.add   rows embedded since that build, appended: (id int64, vector float32 (D)) each
+  up to EXACT_MAX photos (or a model not scored by a dot product), every vector is scored:
+  vectors-<model>-<gen>.vec   ids int64 (N) | vectors float32 (N, D)
+  above, an Annoy index (metric "dot") finds the candidates:
+  vectors-<model>-<gen>.ann   Annoy's file: item i is row i, then N_TREES trees
+  vectors-<model>-<gen>.ids   ids int64 (N): the photo id of each Annoy item
+  and in both cases, rows embedded since that build, appended (Annoy cannot add to a built index):
+  vectors-<model>-<gen>.add   (id int64, vector float32 (D)) each
 
 Which files are current, their sizes and digests are recorded in SQLite's meta table (the `vec_*` keys). A
 search maps a file only when its size and digest match the record (`Record.check`), and otherwise answers exactly
 from SQLite's own vectors (slow at a million photos, but right) with a one-line notice for the user, until the
-next index run rebuilds. A garbled file would not crash numpy as it crashed Annoy, but its ids and scores would
-be nonsense: hence the digest, whole up to 16 MB, 256 sampled blocks above. Every build has a new generation
-name, so a search that opened the old files keeps reading them and never sees half a file.
+next index run rebuilds. A garbled .ann would crash Annoy's loader (SIGSEGV), so it never reaches it: hence the
+digest, whole up to 16 MB, 256 sampled blocks above. Every build has a new generation name, so a search that
+opened the old files keeps reading them and never sees half a file.
 
-Why float32 on disk: numpy converts float16 at ~2-5 ns an element, which alone would cost a 100k search 120 ms;
-a float32 mat-vec over 100k x 512 from the page cache takes ~8 ms of CPU.
+Why float32 on disk: numpy converts float16 at ~2-5 ns an element, which alone would cost a 100k search 120 ms.
+Annoy stores each item's float32 vector in place (a 16-byte node header, then D floats): `annoy_rows` maps them
+as a strided matrix, so exact scoring (a large -n) needs no second copy of the vectors on disk.
 
-Search: up to EXACT_MAX vectors, every vector is scored (single-threaded, ~4 ms of CPU at 50k). Above, rows
-are grouped in k-means cells of about CELL_SIZE and a query scores the rows of its best max(MIN_PROBE,
-PROBE_FRACTION of the) cells, chosen by recall@10 against exact on vectors fitted to the shipped model's
-(bench/vector_search.py). The .add rows are
-always scored exactly; when they pass REBUILD_FRACTION of the build, or removed photos do, the next run rebuilds.
+Search: up to EXACT_MAX vectors every vector is scored (single-threaded). Above, Annoy collects
+search_k(want) candidates from its trees and they are rescored by the caller's score function on their stored
+vectors, so every score is exact and only the candidate set is approximate; when search_k would reach the
+library's size, every vector is scored instead. N_TREES and SEARCH_K were chosen by recall@10 against exact on
+vectors fitted to the shipped model's (bench/vector_search.py, docs/vector-index.md). The .add rows are always
+scored exactly; when they pass REBUILD_FRACTION of the build, or removed photos do, the next run rebuilds.
 Removed photos stay in the files as dead ids: the caller maps ids to paths through SQLite, which drops them,
 and asks for `dead` more candidates. A photo re-embedded in place (same id) has a newer .add row that overrides
 its old one.
@@ -29,7 +35,6 @@ its old one.
 from __future__ import annotations
 
 import hashlib
-import math
 import os
 import re
 from dataclasses import dataclass
@@ -39,15 +44,16 @@ import numpy as np
 
 from .store import vector_chunks
 
-EXACT_MAX = 50_000       # exact search up to here (~4 ms CPU); cells are 4x cheaper at 100k (bench/vector_search.py)
-CELL_SIZE = 1024         # photos per k-means cell above it
-MIN_PROBE = 16           # cells scored per query, at least ...
-PROBE_FRACTION = 0.08    # ... or this fraction: 1M recall@10 0.971 (6%: 0.953, 4%: 0.923) with the 1024-d default (README)
+EXACT_MAX = 50_000       # exact search up to here; Annoy above (docs/vector-index.md: the measured crossover)
+N_TREES = 10             # Annoy trees: recall@10 0.955 at 100k with SEARCH_K; 3% more disk than the vectors (docs)
+SEARCH_K = 30_000        # Annoy candidates per query for 10 results ...
+SEARCH_K_FRACTION = 0.15  # ... or this fraction of the build, if more (from 200k photos; 150k at 1M, docs)
+RESULTS_PER_SEARCH_K = 10  # search_k grows in step with the results asked for beyond this many
 REBUILD_FRACTION = 0.10  # appended or dead rows beyond this fraction of the build trigger a full rebuild
-KMEANS_SAMPLE = 64       # training vectors per cell for k-means (all rows are then assigned)
-KMEANS_ITERATIONS = 10
+BUILD_THREADS = -1       # Annoy's build threads (-1: one per core)
 FULL_DIGEST_BYTES = 16 << 20   # files up to this size are hashed whole at each search (~10 ms); larger ones sampled
 SAMPLE_BLOCKS, SAMPLE_BYTES = 256, 4096
+KINDS = ("exact", "annoy")     # what a record's vec_kind may be; records without one are of earlier versions
 
 
 class DamagedFile(Exception):
@@ -58,12 +64,26 @@ def file_stem(model_id: str, generation: str) -> str:
     return f"vectors-{re.sub(r'[^A-Za-z0-9_.-]', '_', model_id)}-{generation}"
 
 
-def main_bytes(count: int, cells: int, dim: int) -> int:
-    return count * 8 + count * dim * 4 + cells * dim * 4 + (cells + 1) * 8
+def exact_bytes(count: int, dim: int) -> int:
+    """Size of a .vec file."""
+    return count * 8 + count * dim * 4
+
+
+def annoy_node_dtype(dim: int) -> np.dtype:
+    """One node of Annoy's "dot" index (annoylib.h, DotProduct::Node): n_descendants int32, children int32 x2,
+    dot_factor float32, then the item's vector; items 0..N-1 are the first N nodes."""
+    return np.dtype([("descendants", "<i4"), ("children", "<i4", (2,)), ("dot_factor", "<f4"),
+                     ("vector", "<f4", (dim,))])
 
 
 def add_row_dtype(dim: int) -> np.dtype:
     return np.dtype([("id", "<i8"), ("vector", "<f4", (dim,))])
+
+
+def search_k(want: int, count: int) -> int:
+    """Annoy candidates for `want` results from a build of `count`: grows with `want` so -n 200 keeps its recall."""
+    per_ten = max(SEARCH_K, round(SEARCH_K_FRACTION * count))
+    return per_ten * max(1, -(-want // RESULTS_PER_SEARCH_K))
 
 
 # ------------------------------------------------------------------------------------ the record in SQLite
@@ -88,36 +108,38 @@ class Record:
     """What meta says the current files are; `valid_for` checks the files on disk against it."""
     model: str = ""
     file: str = ""
+    kind: str = ""           # "exact" (.vec) or "annoy" (.ann + .ids); empty: written by an earlier version
     count: int = 0
-    cells: int = 0
+    trees: int = 0
     dim: int = 0
-    bytes: int = 0
+    bytes: int = 0           # of the .vec or .ann file
     add: int = 0
     live: int = 0
     max_id: int = 0          # rows after it, or of a later generation, are not in the files yet
     synced_at: str = ""      # (and, for rows of imgtxt versions without generations, embedded at/after this)
-    digest: str = ""         # of the .vec file
+    digest: str = ""         # of the .vec or .ann file
+    ids_digest: str = ""     # of the .ids file (annoy)
     add_digest: str = ""     # of the recorded rows of the .add file
     generation: int = 0      # rows of a later write generation are not in the files yet
 
+    FIELDS = ("model", "file", "kind", "count", "trees", "dim", "bytes", "add", "live", "max_id", "synced_at",
+              "digest", "ids_digest", "add_digest", "generation")
+
     @classmethod
-    def from_meta(cls, meta: dict) -> "Record":
+    def from_meta(cls, meta: dict) -> Record:
         try:
-            return cls(meta.get("vec_model", ""), meta.get("vec_file", ""), int(meta.get("vec_count", 0)),
-                       int(meta.get("vec_cells", 0)), int(meta.get("vec_dim", 0)), int(meta.get("vec_bytes", 0)),
-                       int(meta.get("vec_add", 0)), int(meta.get("vec_live", 0)), int(meta.get("vec_max_id", 0)),
-                       meta.get("vec_synced_at", ""), meta.get("vec_digest", ""), meta.get("vec_add_digest", ""),
-                       int(meta.get("vec_generation", 0)))
+            return cls(**{k: type(getattr(cls, k))(meta.get(f"vec_{k}", getattr(cls, k))) for k in cls.FIELDS})
         except ValueError:
             return cls()
 
     def as_meta(self) -> dict:
-        return {f"vec_{k}": getattr(self, k) for k in
-                ("model", "file", "count", "cells", "dim", "bytes", "add", "live", "max_id", "synced_at",
-                 "digest", "add_digest", "generation")}
+        return {f"vec_{k}": getattr(self, k) for k in self.FIELDS}
 
     def main_path(self, index_dir: Path) -> Path:
-        return Path(index_dir) / f"{self.file}.vec"
+        return Path(index_dir) / f"{self.file}.{'ann' if self.kind == 'annoy' else 'vec'}"
+
+    def ids_path(self, index_dir: Path) -> Path:
+        return Path(index_dir) / f"{self.file}.ids"
 
     def add_path(self, index_dir: Path) -> Path:
         return Path(index_dir) / f"{self.file}.add"
@@ -125,26 +147,38 @@ class Record:
     def add_bytes(self) -> int:
         return self.add * add_row_dtype(self.dim).itemsize
 
+    def _sizes_agree(self) -> bool:
+        if self.kind == "exact":
+            return self.bytes == exact_bytes(self.count, self.dim)
+        node = annoy_node_dtype(self.dim).itemsize   # the items, then at least one node per tree
+        return self.trees > 0 and self.bytes % node == 0 and self.bytes >= (self.count + self.trees) * node
+
     def check(self, index_dir: Path, model_id: str, dim: int) -> None:
         """Raise DamagedFile unless the files are the ones the last run wrote: recorded for this model and
         dimension, exactly the recorded sizes (the .add file may hold an unrecorded tail), the same digests."""
         if not self.file:
             raise DamagedFile("the index was written by an imgtxt that did not record it" if not self.model
                               else "no vector files were recorded")
+        if self.kind not in KINDS:
+            raise DamagedFile("they were written by an earlier version of imgtxt")
         if self.model != model_id or self.dim != dim:
             raise DamagedFile(f"recorded for model {self.model} ({self.dim}-d), not {model_id} ({dim}-d)")
-        if self.count <= 0 or self.bytes != main_bytes(self.count, self.cells, dim) or not self.digest \
-                or (self.add and not self.add_digest):
+        if self.count <= 0 or not self._sizes_agree() or not self.digest or (self.add and not self.add_digest) \
+                or (self.kind == "annoy" and not self.ids_digest):
             raise DamagedFile("its record in the database is incomplete")
-        main, add = self.main_path(index_dir), self.add_path(index_dir)
+        main, add, ids = self.main_path(index_dir), self.add_path(index_dir), self.ids_path(index_dir)
         try:
             size = os.path.getsize(main)
             add_size = os.path.getsize(add) if self.add else 0
             if size != self.bytes:
                 raise DamagedFile(f"{main.name} has {size} bytes, the index run wrote {self.bytes}")
+            if self.kind == "annoy" and os.path.getsize(ids) != 8 * self.count:
+                raise DamagedFile(f"{ids.name} has {os.path.getsize(ids)} bytes, the index run wrote "
+                                  f"{8 * self.count}")
             if add_size < self.add_bytes():
                 raise DamagedFile(f"{add.name} has {add_size} bytes, the index run wrote {self.add_bytes()}")
-            if digest(main, size) != self.digest or (self.add and digest(add, self.add_bytes()) != self.add_digest):
+            if digest(main, size) != self.digest or (self.add and digest(add, self.add_bytes()) != self.add_digest) \
+                    or (self.kind == "annoy" and digest(ids, 8 * self.count) != self.ids_digest):
                 raise DamagedFile("their content differs from what the index run wrote")
         except OSError as e:
             raise DamagedFile(f"cannot read them ({e.strerror or e})") from None
@@ -171,7 +205,6 @@ def dot_scorer(query: np.ndarray):
     return lambda images: np.einsum("ij,j->i", images, q)
 
 
-
 def _top(ids: np.ndarray, scores: np.ndarray, want: int) -> tuple[np.ndarray, np.ndarray]:
     if len(scores) > want:
         keep = np.argpartition(-scores, want - 1)[:want]
@@ -180,16 +213,28 @@ def _top(ids: np.ndarray, scores: np.ndarray, want: int) -> tuple[np.ndarray, np
     return ids[order], scores[order]
 
 
+def annoy_rows(path: Path, count: int, dim: int) -> np.ndarray:
+    """The items' vectors inside an Annoy file, as a read-only (count, dim) float32 view (rows 16 bytes apart)."""
+    return np.memmap(path, annoy_node_dtype(dim), "r", 0, (count,))["vector"]
+
+
 class VectorIndex:
     """The mapped files of one record. `search` returns (ids, scores) best first."""
 
     def __init__(self, index_dir: Path, record: Record):
-        self.record, dim, n, c = record, record.dim, record.count, record.cells
+        self.record, dim, n = record, record.dim, record.count
         path = record.main_path(index_dir)
-        self.ids = np.memmap(path, "<i8", "r", 0, (n,))
-        self.vectors = np.memmap(path, "<f4", "r", n * 8, (n, dim))
-        self.centroids = np.array(np.memmap(path, "<f4", "r", n * 8 + n * dim * 4, (c, dim))) if c else None
-        self.starts = np.memmap(path, "<i8", "r", n * 8 + (n + c) * dim * 4, (c + 1,)).tolist() if c else None
+        self.annoy = None
+        if record.kind == "annoy":   # (only libraries past EXACT_MAX pay for importing annoy)
+            from annoy import AnnoyIndex
+
+            self.ids = np.memmap(record.ids_path(index_dir), "<i8", "r", 0, (n,))
+            self.vectors = annoy_rows(path, n, dim)
+            self.annoy = AnnoyIndex(dim, "dot")
+            self.annoy.load(str(path))   # maps the file; only after Record.check accepted it
+        else:
+            self.ids = np.memmap(path, "<i8", "r", 0, (n,))
+            self.vectors = np.memmap(path, "<f4", "r", n * 8, (n, dim))
         self.overridden = np.zeros(0, np.int64)
         if record.add:
             rows = np.memmap(record.add_path(index_dir), add_row_dtype(dim), "r", 0, (record.add,))
@@ -213,11 +258,15 @@ class VectorIndex:
     def search(self, query: np.ndarray, want: int, score_fn) -> tuple[np.ndarray, np.ndarray]:
         """The `want` best (id, score) by `score_fn` ((M, D) float32 -> (M,) scores, higher is better)."""
         want = max(1, want)
-        if self.centroids is None or want * 8 >= len(self.ids):
+        asked = want + len(self.overridden)
+        k = search_k(asked, len(self.ids))
+        if self.annoy is None or k >= len(self.ids):
             ids, scores = self.ids, score_fn(self.vectors)
         else:
-            ids, scores = self._probe(want, score_fn)
-        ids, scores = _top(np.asarray(ids), np.asarray(scores, np.float32), want + len(self.overridden))
+            rows = np.sort(np.asarray(self.annoy.get_nns_by_vector(
+                np.asarray(query, np.float32).ravel().tolist(), asked, search_k=k), np.int64))
+            ids, scores = self.ids[rows], score_fn(self.vectors[rows])   # rescored: every score is exact
+        ids, scores = _top(np.asarray(ids), np.asarray(scores, np.float32), asked)
         if len(self.overridden):
             fresh = ~np.isin(ids, self.overridden)
             ids, scores = ids[fresh], scores[fresh]
@@ -225,21 +274,6 @@ class VectorIndex:
             ids = np.concatenate([ids, self.add_ids])
             scores = np.concatenate([scores, np.asarray(score_fn(self.add_vectors), np.float32)])
         return _top(ids, scores, want)
-
-    def _probe(self, want: int, score_fn) -> tuple[np.ndarray, np.ndarray]:
-        cells, starts = len(self.centroids), self.starts
-        order = np.argsort(-score_fn(self.centroids), kind="stable")
-        probe = max(MIN_PROBE, math.ceil(PROBE_FRACTION * cells))
-        id_parts, score_parts, rows = [], [], 0
-        for k, cell in enumerate(order.tolist()):
-            if k >= probe and rows >= 2 * want:
-                break
-            a, b = starts[cell], starts[cell + 1]
-            if b > a:
-                id_parts.append(self.ids[a:b])
-                score_parts.append(score_fn(self.vectors[a:b]))
-                rows += b - a
-        return np.concatenate(id_parts), np.concatenate(score_parts)
 
 
 class ExactFromRows:
