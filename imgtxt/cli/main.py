@@ -198,6 +198,14 @@ def search(text, n, min_score, preview, all_copies, index_dir, model, as_json, n
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, "1")
     library = _library(index_dir, model)
+    try:   # a number is a score; anything else must be a level's name
+        min_score = float(min_score) if min_score is not None else None
+    except ValueError:
+        from imgtxt.model.calibration import LEVELS
+
+        if min_score.strip().lower() not in LEVELS:
+            raise ImgtxtError(f"--min-score must be a number or one of {', '.join(LEVELS)}, not "
+                             f"{printable(min_score)[:40]!r}") from None
     _print_photos(library.search(" ".join(text), n, min_score, all_copies), as_json, preview, library, null)
 
 

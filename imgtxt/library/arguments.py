@@ -76,6 +76,16 @@ def optional_number(value, what: str) -> float | None:
     return float(value)
 
 
+def score_or_level(value, what: str, levels: tuple[str, ...]) -> float | str | None:
+    """A score (a finite number) or a confidence level's name; a number written as text is the CLI's to parse."""
+    if isinstance(value, str) and value.strip().lower() in levels:
+        return value.strip().lower()
+    if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)):
+        return None if value is None else float(value)
+    shown = value if isinstance(value, float) else _type_name(value)
+    raise ArgumentError(f"{what} must be a number or one of {', '.join(levels)}, not {shown}")
+
+
 def flag(value, what: str) -> bool:
     if not isinstance(value, bool):
         raise ArgumentError(f"{what} must be True or False, not {_type_name(value)}")

@@ -198,10 +198,13 @@ class Library:
                all_copies: bool = False) -> list[PhotoMatch]:
         """Photos that match a sentence, best first. `min_score`: a score, or a level name (strong, possible,
         weak) of a calibrated model; each match carries its confidence and level when the model is calibrated."""
+        from imgtxt.model.calibration import LEVELS
+
         from .query import min_score_of, rate, search
 
         text, n = check.text(text), check.integer(n, "n")
-        min_score, all_copies = check.optional_number(min_score, "min_score"), check.flag(all_copies, "all_copies")
+        min_score = check.score_or_level(min_score, "min_score", LEVELS)
+        all_copies = check.flag(all_copies, "all_copies")
         self.notices = []
         index = self._open()
         try:

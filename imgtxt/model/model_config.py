@@ -161,10 +161,15 @@ def check_shapes(tensors, config: dict, path: Path) -> None:
 
 
 
-def _weights_cache() -> Path:
+def _weights_cache() -> Path | None:
+    """The digest cache's file, or None where there is no cache folder (no home): the weights are hashed then."""
+    from imgtxt.errors import ImgtxtError
     from imgtxt.paths import cache_dir
 
-    return cache_dir() / "weights-sha256.json"
+    try:
+        return cache_dir() / "weights-sha256.json"
+    except (ImgtxtError, KeyError, RuntimeError):
+        return None
 
 
 def verify_weights(path: Path, recorded: str | None) -> str:
@@ -176,6 +181,8 @@ def verify_weights(path: Path, recorded: str | None) -> str:
     key = os.fsdecode(os.path.abspath(path))
     cache_file = _weights_cache()
     try:
+        if cache_file is None:
+            raise OSError("no cache folder")
         cache = json.loads(cache_file.read_text(encoding="utf-8"))
         cache = cache if isinstance(cache, dict) else {}
     except (OSError, ValueError, RecursionError):
@@ -190,11 +197,27 @@ def verify_weights(path: Path, recorded: str | None) -> str:
                 sha.update(chunk)
         digest = sha.hexdigest()
         cache[key] = [*stamp, digest]
-        _write_cache(cache_file, cache)
+        if cache_file is not None:
+            _write_cache(cache_file, cache)
     if recorded is not None and digest != recorded:
         raise ModelError(f"{path}: the weights differ from the weights_sha256 in model.json (changed or damaged "
                          f"after the model was saved); restore the file, or save the model again")
     return digest
+
+
+def remember_weights(path: Path, digest: str) -> None:
+    """Record a digest just computed (at save), so the first load does not read the file again."""
+    cache_file = _weights_cache()
+    if cache_file is None:
+        return
+    try:
+        cache = json.loads(cache_file.read_text(encoding="utf-8"))
+        cache = cache if isinstance(cache, dict) else {}
+    except (OSError, ValueError, RecursionError):
+        cache = {}
+    st = os.stat(path)
+    cache[os.fsdecode(os.path.abspath(path))] = [st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev, digest]
+    _write_cache(cache_file, cache)
 
 
 def _write_cache(cache_file: Path, cache: dict) -> None:

@@ -36,6 +36,7 @@ from .model_config import (  # noqa: F401
     check_config,
     check_shapes,
     read_config,
+    remember_weights,
     safe_name,
     verify_weights,
 )
@@ -99,6 +100,7 @@ def save_model(folder: Path | str, weights: dict[str, np.ndarray], vocab, config
         (folder / name).write_bytes(data)
     (folder / "captions.txt").write_text("\n".join(c.replace("\n", " ") for c in captions) + "\n", encoding="utf-8")
     digest = hashlib.sha256((folder / "model.safetensors").read_bytes()).hexdigest()
+    remember_weights(folder / "model.safetensors", digest)
     doc = {"format": FORMAT, "version": FORMAT_VERSION, **config, "weights_sha256": digest}
     (folder / "model.json").write_text(json.dumps(doc, indent=2), encoding="utf-8")
 

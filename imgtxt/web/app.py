@@ -105,7 +105,17 @@ def create_app(library, hosts: frozenset[str] = frozenset(LOCAL_HOSTS), captions
     from starlette.routing import Route
     from starlette.templating import Jinja2Templates
 
+    from imgtxt.library.query import QueryError
+    from imgtxt.library.results import row_id_of
     from imgtxt.library.thumbnails import ThumbnailCacheError
+
+    def requested_id(request) -> int:
+        """The URL's photo id as a row id; anything SQLite cannot hold is a 404, like an id not indexed."""
+        raw = request.path_params["photo_id"]
+        row_id = row_id_of(raw)
+        if row_id is None:
+            raise QueryError(f"no indexed photo with id {printable(str(raw))[:40]}")
+        return row_id
 
     templates = Jinja2Templates(directory=str(TEMPLATES))
     templates.env.finalize = _displayable  # before the first template compiles: it applies to every {{ }}
@@ -127,7 +137,7 @@ def create_app(library, hosts: frozenset[str] = frozenset(LOCAL_HOSTS), captions
 
     def photo(request):
         try:
-            record = library.photo(request.path_params["photo_id"])
+            record = library.photo(requested_id(request))
         except ImgtxtError as e:
             return page(request, "search.html", 404, query="", matches=None, error=str(e))
         captions, similar, errors = None, [], []
@@ -148,7 +158,7 @@ def create_app(library, hosts: frozenset[str] = frozenset(LOCAL_HOSTS), captions
     def image(size: int):
         def endpoint(request):
             try:
-                path = library.thumbnail(request.path_params["photo_id"], size)
+                path = library.thumbnail(requested_id(request), size)
                 # Named by the photo's current content: the browser revalidates, so an edit shows at once
                 headers = {"Cache-Control": "private, no-cache", "ETag": f'"{path.stem}"'}
                 if request.headers.get("if-none-match") == headers["ETag"]:
