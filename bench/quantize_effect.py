@@ -18,7 +18,8 @@ def main() -> None:
     parser.add_argument("--model", required=True)
     args = parser.parse_args()
 
-    from imgtxt.model.modelfile import TrainedModel, resave_model
+    from imgtxt.model.modelfile import TrainedModel
+    from imgtxt.research.packaging import resave_model
     from imgtxt.model.text_encoders import tensor_names, text_config_of
     from imgtxt.research.evaluate import evaluate_model
 

@@ -35,7 +35,7 @@ def write_caption_vectors(folder: Path | str, vectors: np.ndarray, storage: str 
 
     from safetensors.numpy import save_file
 
-    from .modelfile import quantize_rows
+    from .tensor_file import quantize_rows
 
     if storage not in STORAGES:
         raise ValueError(f"storage must be one of {', '.join(STORAGES)}, not {storage!r}")

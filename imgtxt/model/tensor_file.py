@@ -76,3 +76,11 @@ def _mapped_views(path: Path) -> dict[str, np.ndarray]:
             return {}
         views[name] = np.frombuffer(buffer, dtype, count, base + start).reshape(info["shape"])
     return views
+
+
+def quantize_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric int8 per row: x ~ q * scale[:, None]."""
+    x = np.asarray(x, dtype=np.float32)
+    scale = np.abs(x).max(axis=1) / 127.0
+    scale[scale == 0] = 1.0
+    return np.round(x / scale[:, None]).astype(np.int8), scale.astype(np.float32)

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 from imgtxt.errors import ModelError
+from imgtxt.model import concepts, text_encoders
 from imgtxt.model.caption_bank import write_caption_vectors
-from imgtxt.model.modelfile import TrainedModel
+from imgtxt.model.modelfile import TrainedModel, image_tensor_names, save_model
 
 
 def package_model(folder: Path | str, storage: str = "int8", on_step=None, progress=None) -> dict:
@@ -30,5 +33,20 @@ def package_model(folder: Path | str, storage: str = "int8", on_step=None, progr
     say(f"embedding {len(bank)} captions...")
     vectors = model.encode_text(bank, batch_size=128,
                                 progress=(lambda done: progress(done, len(bank))) if progress else None)
-    record = write_caption_vectors(model.folder, vectors, storage)
+    # stored without the hubness coordinate (a constant 1 for text; see search_tuning)
+    record = write_caption_vectors(model.folder, vectors[:, :model.content_dim], storage)
     return {"cnn": graph, "captions": Path(model.folder) / record["file"], "record": record}
+
+
+def resave_model(src: Path | str, dst: Path | str, int8: tuple[str, ...] = (), update: dict | None = None) -> None:
+    """Copy a model folder with another storage choice (int8 tensors) and extra model.json keys (name, recipe)."""
+    src, dst = Path(src), Path(dst)
+    model = TrainedModel.load(src)
+    config = {k: v for k, v in model.config.items() if k not in ("format", "version", "weights_sha256")}
+    config.update(update or {})
+    names = text_encoders.tensor_names(text_encoders.text_config_of(config)) + image_tensor_names(config["joint"])
+    weights = {n: np.asarray(model.tensors[n], dtype=np.float32) for n in names}
+    files = {n: (src / n).read_bytes() for n in ("vocab.json", "tokenizer.json") if (src / n).is_file()}
+    extra = {n: np.asarray(model.tensors[n], dtype=np.float32) for n in concepts.TENSOR_NAMES} \
+        if "concepts" in config else None
+    save_model(dst, weights, None, config, model.stats, model.caption_bank(), files=files, int8=int8, extra=extra)
