@@ -1,5 +1,5 @@
 """The commands that finish a trained model before it ships: its CNN graph (export-cnn), the ConSE bridge
-(add-concepts), the score calibration (calibrate). Registered with the research commands (research.py)."""
+(add-concepts), the search corrections (tune-search), the score calibration (calibrate). Registered with the research commands (research.py)."""
 from __future__ import annotations
 
 import json
@@ -107,4 +107,46 @@ def calibrate(model, dataset, data_dir, split, top, strong_removed, possible_rem
         click.echo(f"wrote the calibration into {path}", err=True)
 
 
-COMMANDS = (("export-cnn", export_cnn), ("add-concepts", add_concepts), ("calibrate", calibrate))
+@click.argument("model", type=PathType, required=False)
+@click.option("--dataset", default="flickr8k", show_default=True, help="flickr8k, flickr30k or coco")
+@data_dir_opt
+@click.option("--split", default="val", show_default=True, help="The split to fit on (never test).")
+@click.option("--dry-run", is_flag=True, help="Print the figures; leave model.json as it is.")
+@quiet_opt
+def tune_search(model, dataset, data_dir, split, dry_run, quiet):
+    """Fit a model's search corrections (hubness, query gate).
+
+    Chosen on a dataset split and written into MODEL/model.json ("search"). The hubness setting is part of
+    the model id: indexes made before re-embed their photos, and `imgtxt calibrate` must be run again.
+
+    MODEL is a model folder (default: $IMGTXT_MODEL, else the shipped model).
+    """
+    from imgtxt.library.photo_library import load_model
+    from imgtxt.research.search_fit import tune_search as fit_search
+    from imgtxt.research.search_fit import write_search
+
+    folder = dataset_folder(dataset, data_dir)
+    if split == "test":
+        raise UsageError("tune-search on val (or train): the test split stays held out")
+    loaded = load_model(model)
+    try:
+        section = fit_search(loaded, dataset, folder, split, quiet)
+    except ValueError as e:
+        raise value_errors_are_ours(e) from None
+    table = section["fitted_on"]
+    for row in table["hubness_table"]:
+        click.echo(f"hubness top_k {row['top_k']:>3} weight {row['weight']:.2f}: t2i {row['t2i']} sum {row['t2i_sum']:.2f}")
+    for row in table.get("gate_table", []):
+        click.echo(f"query gate gain {row['gain']:>4.1f}: rsum {row['rsum']:.2f} (t2i {row['t2i']})")
+    chosen = {k: v for k, v in section.items() if k != "fitted_on"}
+    click.echo(f"chosen: {json.dumps(chosen)}")
+    if not dry_run:
+        try:
+            path = write_search(loaded.folder, section)
+        except OSError as e:
+            raise ImgtxtError(f"could not write the search section into {loaded.folder}: {e}") from None
+        click.echo(f"wrote it into {path}; run `imgtxt calibrate` again", err=True)
+
+
+COMMANDS = (("export-cnn", export_cnn), ("add-concepts", add_concepts), ("tune-search", tune_search),
+            ("calibrate", calibrate))

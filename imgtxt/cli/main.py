@@ -24,7 +24,7 @@ PHOTOS = "Photos"
 
 
 RESEARCH_COMMANDS = ("features", "train", "eval", "backbone-download", "export-cnn", "add-concepts",
-                     "calibrate", "package-model")  # research.py
+                     "tune-search", "calibrate", "package-model")  # research.py
 
 
 class Commands(click.Group):

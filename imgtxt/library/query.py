@@ -213,7 +213,7 @@ def search(index: Index, model, text: str, n: int = 10, min_score: float | None 
     if min_score is not None and math.isnan(min_score):
         raise QueryError("--min-score must be a number, not nan")
     vectors = index.vectors(model)
-    query = model.encode_text([text])
+    query = model.encode_query([text])
     if not np.isfinite(query).all():
         raise QueryError(f"the model in {model.folder} gives no usable vector for this query (NaN): its weights "
                          f"are damaged")
@@ -265,7 +265,9 @@ def same_photo(index: Index, path: str) -> frozenset[str]:
 def similar(index: Index, model, vector: np.ndarray, n: int = 10, exclude: str | None = None) -> list[Hit]:
     vectors = index.vectors(model)
     # Photo to photo: cosine between image vectors (an order score compares a caption to a photo). The photo
-    # asked about and its byte-identical copies are not news: left out.
+    # asked about and its byte-identical copies are not news: left out. The hubness coordinate stays out of it.
+    vector = np.array(vector, np.float32)
+    vector[model.content_dim:] = 0
     return rank(index, model, vectors, vector, n, vector_index.dot_scorer(vector),
                 exclude=same_photo(index, exclude) if exclude else frozenset())
 
@@ -353,11 +355,13 @@ def caption(model, vector: np.ndarray, n: int = 5, captions: list[str] | None = 
             on_compute=None, progress=None, notices: list[str] | None = None) -> list[Hit]:
     if captions is None:
         bank, vectors = bank_vectors(model, on_compute, progress, notices)
-        if vectors.shape[1] != vector.shape[0]:  # stored for another width than this model's photos: re-embed
+        if vectors.shape[1] not in (model.content_dim, model.vector_dim):  # another model's width: re-embed
             vectors = caption_vectors(model, bank, on_compute, progress)
     else:
         bank, vectors = captions, caption_vectors(model, captions, on_compute, progress)
-    scores = model.scores(vector[None, :], vectors)[0]
+    # Photo -> captions compares what the encoders say: the hubness offset is the same for every caption.
+    d = model.content_dim
+    scores = model.scores(vector[None, :d], vectors[:, :d])[0]
     order = np.argsort(-scores, kind="stable")
     hits, seen = [], set()
     for i in order:

@@ -67,6 +67,11 @@ class ConceptBridge:
         self.dim = int(config["text_dim"])
         self._tensors = tensors
 
+    @property
+    def class_vectors(self) -> np.ndarray:
+        """(classes, text_dim) the class names' sentence vectors, L2-normalised."""
+        return self._array(CLASS_VECTORS)
+
     def _array(self, name: str) -> np.ndarray:
         return np.asarray(self._tensors[name], dtype=np.float32)
 

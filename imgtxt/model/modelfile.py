@@ -25,7 +25,7 @@ import numpy as np
 
 from imgtxt.errors import ImgtxtError, ModelError  # noqa: F401  (ModelError: imported from here too)
 
-from . import concepts, text_encoders
+from . import concepts, search_tuning, text_encoders
 from .calibration import Calibration
 from .fne import FeatureStats, full_network_embedding, l2_normalize
 
@@ -40,7 +40,7 @@ from .model_config import (  # noqa: F401
     safe_name,
     verify_weights,
 )
-from .tensor_file import LazyTensors
+from .tensor_file import LazyTensors, quantize_rows  # noqa: F401  (quantize_rows: imported from here too)
 
 FORMAT, FORMAT_VERSION = "imgtxt-model", 1
 IMAGE_PROJECTION = "image_projection"
@@ -60,14 +60,6 @@ def default_model_dir() -> Path:
     from imgtxt.paths import default_model_dir as packaged
 
     return packaged()
-
-
-def quantize_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Symmetric int8 per row: x ~ q * scale[:, None]."""
-    x = np.asarray(x, dtype=np.float32)
-    scale = np.abs(x).max(axis=1) / 127.0
-    scale[scale == 0] = 1.0
-    return np.round(x / scale[:, None]).astype(np.int8), scale.astype(np.float32)
 
 
 def save_model(folder: Path | str, weights: dict[str, np.ndarray], vocab, config: dict,
@@ -148,6 +140,11 @@ class TrainedModel:
             raise ModelError(f"{folder}: unreadable model files ({e})") from None
         check_config(config, folder)
         Calibration.from_config(config.get("calibration"), folder)   # a bad section fails at load, in one line
+        reason = search_tuning.check_config(config["search"]) if "search" in config else None
+        if reason is None and "query_gate" in config.get("search", {}) and "concepts" not in config:
+            reason = "search.query_gate needs a ConSE bridge (concepts)"
+        if reason:
+            raise ModelError(f"{folder}: model.json: {reason}")
         try:
             text_config = text_encoders.text_config_of(config)
             names = text_encoders.tensor_names(text_config)
@@ -163,6 +160,9 @@ class TrainedModel:
         # Recorded at save and checked against the file (hashed once per change of it): weights swapped under an
         # unchanged model.json must not pass as the model whose id (and caption cache) they would take.
         digest = verify_weights(path, config.get("weights_sha256"))
+        hubness = config.get("search", {}).get("hubness")
+        if hubness:  # the photo vectors carry its offset: another correction is another index
+            digest = hashlib.sha256((digest + json.dumps(hubness, sort_keys=True)).encode()).hexdigest()
         model_id = f"{safe_name(config.get('name') or folder.name)}-{digest[:12]}"
         model = cls(folder, config, tensors, stats, model_id)
         tokenizer = folder / "tokenizer.json"
@@ -194,9 +194,37 @@ class TrainedModel:
         return concepts.ConceptBridge(self.config["concepts"], self.tensors) if "concepts" in self.config else None
 
     @property
-    def vector_dim(self) -> int:
-        """Width of the photo and text vectors this model makes: the joint space, plus the ConSE part."""
+    def content_dim(self) -> int:
+        """Width of what the encoders say: the joint space, plus the ConSE part."""
         return self.config["joint"]["embed_dim"] + (self.concepts.dim if self.concepts else 0)
+
+    @property
+    def hubness(self) -> dict | None:
+        return self.config.get("search", {}).get("hubness")
+
+    @property
+    def vector_dim(self) -> int:
+        """Width of the photo and text vectors: content_dim, plus the hubness coordinate (search_tuning)."""
+        return self.content_dim + (1 if self.hubness else 0)
+
+    def full_text_vectors(self, vectors: np.ndarray) -> np.ndarray:
+        """Text vectors stored at content_dim (a packaged caption bank) -> vector_dim."""
+        if self.hubness and vectors.shape[1] == self.content_dim:
+            return np.hstack([vectors, np.ones((len(vectors), 1), vectors.dtype)])
+        return vectors
+
+    @cached_property
+    def hubness_bank(self) -> np.ndarray:
+        """(bank, content_dim) the caption bank's vectors the photo offsets are measured against."""
+        from .caption_bank import read_caption_vectors
+
+        bank = self.caption_bank()
+        if not bank:
+            raise ModelError(f"{self.folder}: search.hubness needs the caption bank (captions.txt)")
+        stride = self.hubness.get("bank_stride", 1) if self.hubness else 1
+        stored = read_caption_vectors(self, bank)
+        vectors = stored[::stride] if stored is not None else self.encode_text(bank[::stride], batch_size=128)
+        return np.ascontiguousarray(vectors[:, :self.content_dim], np.float32)
 
     @cached_property
     def image_projection(self) -> np.ndarray:
@@ -289,14 +317,26 @@ class TrainedModel:
             rows = order[s:s + batch_size]
             tokens = [text.tokenize(texts[i]) for i in rows]
             if bridge is None:
-                out[rows] = text.encode(tokens)
+                out[rows, :h] = text.encode(tokens)
             else:
                 joint, sentence = text.encode_with_sentence(tokens)
-                out[rows, :h], out[rows, h:] = joint, bridge.text_part(sentence)
+                out[rows, :h], out[rows, h:self.content_dim] = joint, bridge.text_part(sentence)
             if progress is not None:
                 progress(min(s + batch_size, len(texts)))
         if self.use_abs:
             out[:, :h] = np.abs(out[:, :h])
+        if self.hubness:
+            out[:, -1] = 1.0
+        return out
+
+    def encode_query(self, texts: list[str]) -> np.ndarray:
+        """Search queries -> vectors: encode_text, with the query gate (search_tuning) on the ConSE part."""
+        out = self.encode_text(texts)
+        gate = self.config.get("search", {}).get("query_gate")
+        if gate and self.concepts is not None:
+            h = self.config["joint"]["embed_dim"]
+            part = out[:, h:self.content_dim]
+            part *= search_tuning.gate_scale(part, self.concepts.class_vectors, gate)[:, None]
         return out
 
     def image_features(self, raw: np.ndarray) -> np.ndarray:
@@ -320,10 +360,14 @@ class TrainedModel:
 
     def encode_raw_images(self, raw: np.ndarray) -> np.ndarray:
         """Raw CNN features -> photo vectors (N, vector_dim): the joint part, then the ConSE part."""
-        joint = self.encode_image_features(self.image_features(raw))
-        if self.concepts is None:
-            return joint
-        return np.hstack([joint, self.concepts.photo_part(raw)])
+        vectors = self.encode_image_features(self.image_features(raw))
+        if self.concepts is not None:
+            vectors = np.hstack([vectors, self.concepts.photo_part(raw)])
+        if self.hubness:
+            offsets = search_tuning.photo_offsets(vectors, self.hubness_bank, self.hubness["top_k"])
+            hub = self.hubness
+            vectors = np.hstack([vectors, -hub["weight"] * (offsets[:, None] - hub.get("center", 0.0))])
+        return vectors.astype(np.float32)
 
     def scores(self, images: np.ndarray, captions: np.ndarray) -> np.ndarray:
         """(N, D) x (M, D) -> (N, M), higher = better match (with a ConSE part: joint cosine + ConSE score)."""
@@ -342,16 +386,3 @@ def order_scores(images: np.ndarray, captions: np.ndarray, chunk_elements: int =
         out[s:s + chunk] = -np.square(np.maximum(diff, 0)).sum(axis=2)
     return out
 
-
-def resave_model(src: Path | str, dst: Path | str, int8: tuple[str, ...] = (), update: dict | None = None) -> None:
-    """Copy a model folder with another storage choice (int8 tensors) and extra model.json keys (name, recipe)."""
-    src, dst = Path(src), Path(dst)
-    model = TrainedModel.load(src)
-    config = {k: v for k, v in model.config.items() if k not in ("format", "version", "weights_sha256")}
-    config.update(update or {})
-    names = text_encoders.tensor_names(text_encoders.text_config_of(config)) + image_tensor_names(config["joint"])
-    weights = {n: np.asarray(model.tensors[n], dtype=np.float32) for n in names}
-    files = {n: (src / n).read_bytes() for n in ("vocab.json", "tokenizer.json") if (src / n).is_file()}
-    extra = {n: np.asarray(model.tensors[n], dtype=np.float32) for n in concepts.TENSOR_NAMES} \
-        if "concepts" in config else None
-    save_model(dst, weights, None, config, model.stats, model.caption_bank(), files=files, int8=int8, extra=extra)

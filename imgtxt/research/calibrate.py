@@ -17,6 +17,7 @@ What is fitted (imgtxt/model/calibration.py applies it):
 from __future__ import annotations
 
 import hashlib
+import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,13 +37,14 @@ def cache_path(model, dataset: str, split) -> Path:
     from imgtxt.paths import cache_dir
 
     names = "\n".join(p.name for p in split.image_paths) + "\n" + "\n".join(split.captions)
+    names += "\n" + json.dumps(model.config.get("search", {}).get("query_gate"), sort_keys=True)  # the queries' gate
     digest = hashlib.sha256(names.encode("utf-8")).hexdigest()[:12]
     return cache_dir() / "calibration" / f"{model.model_id}-{dataset}-{split.name}-{digest}.npz"
 
 
 def split_vectors(model, dataset: str, data_dir: Path | str, split_name: str = "val", batch_size: int = 32,
                   quiet: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """(photo vectors (N, D), caption vectors (5N, D)) of a split, as an index and a query would compute them."""
+    """(photo vectors (N, D), caption vectors (5N, D)) of a split, as an index and a search query compute them."""
     import os
 
     from tqdm import tqdm
@@ -71,7 +73,7 @@ def split_vectors(model, dataset: str, data_dir: Path | str, split_name: str = "
     bar.close()
     # The index keeps float16 vectors: score what a search would score.
     image_vectors = np.concatenate(images).astype(np.float16).astype(np.float32)
-    caption_vectors = model.encode_text(split.captions)
+    caption_vectors = model.encode_query(split.captions)   # the scores a search shows
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp.npz")
     np.savez(tmp, images=image_vectors, captions=caption_vectors)

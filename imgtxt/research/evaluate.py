@@ -30,7 +30,7 @@ def evaluate_model(model: TrainedModel, dataset: str, data_dir: Path | str, spli
 
     result = {"dataset": dataset, "split": split, "images": len(data), "captions": len(data.captions)}
     scores = model.scores(images, captions)
-    result.update(evaluate_scores(scores, CAPTIONS_PER_IMAGE, ties))
+    result.update(search_and_caption_scores(model, images, data.captions, captions, ties))
     if thesis:
         from .thesis_metrics import thesis_metrics
 
@@ -40,11 +40,23 @@ def evaluate_model(model: TrainedModel, dataset: str, data_dir: Path | str, spli
         for k in range(5):
             im = images[1000 * k:1000 * (k + 1)]
             cap = captions[5000 * k:5000 * (k + 1)]
-            folds.append(evaluate_scores(model.scores(im, cap), CAPTIONS_PER_IMAGE, ties))
+            folds.append(search_and_caption_scores(model, im, data.captions[5000 * k:5000 * (k + 1)], cap, ties))
         result["coco_1k"] = mean_of_folds(folds)
     result["protocol"] = protocol(dataset, split, len(data))
     result["model"] = model.model_id
     return result
+
+
+def search_and_caption_scores(model: TrainedModel, images: np.ndarray, texts: list[str], captions: np.ndarray,
+                               ties: str = "expected") -> dict:
+    """Recall both ways as a user meets it: caption ranks a photo's captions with the caption vectors, search
+    ranks photos for a sentence encoded as a query (the model's query gate, imgtxt.model.search_tuning)."""
+    result = evaluate_scores(model.scores(images, captions), CAPTIONS_PER_IMAGE, ties)
+    if not model.config.get("search", {}).get("query_gate"):
+        return result
+    t2i = evaluate_scores(model.scores(images, model.encode_query(texts)), CAPTIONS_PER_IMAGE, ties)["t2i"]
+    rsum = sum(result["i2t"][k] + t2i[k] for k in ("r1", "r5", "r10"))
+    return {"i2t": result["i2t"], "t2i": t2i, "rsum": rsum}
 
 
 def format_result(result: dict) -> str:
