@@ -19,6 +19,8 @@ into --photos-dir and reused. Every timed run is a cold process on files already
 --backbone efficientnet_lite1: a model with Lite1's FNE (240-px input) instead of the default model's Lite0
   (random projection: same cost, meaningless vectors).
 --before REV also times the code of that git revision (its own `imgtxt index`) in the same run.
+--also-model DIR (repeatable) also times this tree's `imgtxt index` with that model (e.g. the previous default:
+  what a new default model costs per photo, as a ratio from the same run).
 The CNN graph export happens once, before the timed runs (the first `imgtxt index` of a model does it).
 """
 from __future__ import annotations
@@ -237,6 +239,7 @@ def main() -> None:
     parser.add_argument("--large", type=int, default=240)
     parser.add_argument("--before", default=None, help="git revision to time as well (e.g. main)")
     parser.add_argument("--model", default=None)
+    parser.add_argument("--also-model", action="append", default=[], help="another model folder to time (repeatable)")
     parser.add_argument("--backbone", default="efficientnet_lite0", choices=sorted(CROP),
                         help="without --model: Lite0 is the default model; Lite1 a speed-equivalent model")
     parser.add_argument("--previews", action="store_true",
@@ -264,13 +267,15 @@ def main() -> None:
         cache = tmp / "cache"
         base_env = {**os.environ, "IMGTXT_CACHE_DIR": str(cache)}
         flags = ["--previews"] if args.previews else []
-        variants = {"this tree": (cli(REPO) + flags, base_env)}
+        variants = {"this tree": (cli(REPO) + flags, base_env, model)}
+        for other in args.also_model:
+            variants[f"this tree, model {Path(other).name}"] = (cli(REPO) + flags, base_env, Path(other))
         if args.before:
-            variants[f"{args.before} (before)"] = (cli(checkout(args.before, tmp / "before")), base_env)
+            variants[f"{args.before} (before)"] = (cli(checkout(args.before, tmp / "before")), base_env, model)
         # One-time work outside the timings: the CNN graph export (and OpenVINO's compile cache).
         warm = subset(photos, 2, tmp / "warm")
-        for i, (cmd, env) in enumerate(variants.values()):
-            timed(cmd + [str(warm), "--model", str(model), "--quiet"], {**env, "IMGTXT_INDEX_DIR": str(tmp / f"warm{i}")})
+        for i, (cmd, env, variant_model) in enumerate(variants.values()):
+            timed(cmd + [str(warm), "--model", str(variant_model), "--quiet"], {**env, "IMGTXT_INDEX_DIR": str(tmp / f"warm{i}")})
         bare = BARE_LITE.format(name=args.backbone, n=args.small, size=CROP[args.backbone])
 
         results: dict[str, list[float]] = {}
@@ -280,12 +285,12 @@ def main() -> None:
             print(f"  (decode only: {results['decode'][-1]:.1f} photos/s; load {os.getloadavg()[0]:.1f})", flush=True)
             results.setdefault("bare", []).append(timed([sys.executable, "-c", bare], base_env, "bare"))
             print(f"  (bare {args.backbone}: {results['bare'][-1]:.1f} s; load {os.getloadavg()[0]:.1f})", flush=True)
-            for name, (cmd, env) in variants.items():
+            for name, (cmd, env, variant_model) in variants.items():
                 for n, folder in folders.items():
                     run_id += 1
                     index_env = {**env, "IMGTXT_INDEX_DIR": str(tmp / f"index{run_id}")}
                     results.setdefault(f"{name} {n}", []).append(
-                        timed(cmd + [str(folder), "--model", str(model), "--quiet"], index_env, f"{name} {n}"))
+                        timed(cmd + [str(folder), "--model", str(variant_model), "--quiet"], index_env, f"{name} {n}"))
                     print(f"  ({name}, {n} photos: {results[f'{name} {n}'][-1]:.1f} s, "
                           f"{CPU_SECONDS[f'{name} {n}'][-1]:.1f} CPU s; load {os.getloadavg()[0]:.1f})", flush=True)
         stages = {}
