@@ -58,7 +58,7 @@ def caption_vectors(model, work: Path, split_name: str = "val", limit: int | Non
 
     def compute():
         captions = load_split("flickr8k", DATA_DIR, split_name).captions
-        return model.encode_text(captions[:limit] if limit else captions).astype(np.float32)
+        return model.encode_query(captions[:limit] if limit else captions).astype(np.float32)
     return _cached(work / f"{model.model_id}-{split_name}-captions{limit or ''}.npy", compute)
 
 
