@@ -50,6 +50,9 @@ def test_every_query_names_photos_of_the_set_and_every_photo_is_asked_for():
         wanted |= right
     assert wanted == names
     assert len({query for query, _ in devset.QUERIES}) == len(devset.QUERIES)
+    for query, right in devset.PHOTO_OF_QUERIES:
+        assert query.startswith("a photo of ") and right and right <= names, query
+    assert len({query for query, _ in devset.PHOTO_OF_QUERIES}) == len(devset.PHOTO_OF_QUERIES)
 
 
 def test_a_missing_package_is_named_in_one_line():
