@@ -143,6 +143,8 @@ class TrainedModel:
         reason = search_tuning.check_config(config["search"]) if "search" in config else None
         if reason is None and "query_gate" in config.get("search", {}) and "concepts" not in config:
             reason = "search.query_gate needs a ConSE bridge (concepts)"
+        if reason is None and "hubness" in config.get("search", {}) and config["joint"].get("similarity") != "cosine":
+            reason = "search.hubness needs a cosine joint space (an offset is not an order-embedding score)"
         if reason:
             raise ModelError(f"{folder}: model.json: {reason}")
         try:
@@ -206,12 +208,6 @@ class TrainedModel:
     def vector_dim(self) -> int:
         """Width of the photo and text vectors: content_dim, plus the hubness coordinate (search_tuning)."""
         return self.content_dim + (1 if self.hubness else 0)
-
-    def full_text_vectors(self, vectors: np.ndarray) -> np.ndarray:
-        """Text vectors stored at content_dim (a packaged caption bank) -> vector_dim."""
-        if self.hubness and vectors.shape[1] == self.content_dim:
-            return np.hstack([vectors, np.ones((len(vectors), 1), vectors.dtype)])
-        return vectors
 
     @cached_property
     def hubness_bank(self) -> np.ndarray:

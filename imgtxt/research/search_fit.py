@@ -89,6 +89,10 @@ def tune_search(model, dataset: str, data_dir: Path | str, split: str = "val", q
     from .calibrate import split_vectors
     from .datasets import load_split
 
+    from imgtxt.errors import ModelError
+
+    if model.similarity_kind != "cosine":
+        raise ModelError(f"{model.folder}: the search corrections are for cosine joint spaces, not order embeddings")
     d, h = model.content_dim, model.config["joint"]["embed_dim"]
     images, _ = split_vectors(model, dataset, data_dir, split, quiet=quiet)
     photos = np.ascontiguousarray(images[:, :d], dtype=np.float32)
