@@ -72,15 +72,19 @@ def annoy_rows(args, folder: Path, library: np.ndarray, queries, truth, truth200
     from imgtxt.library import vector_build, vector_index
 
     n = len(library)
-    shipped_trees, shipped_k = vector_index.N_TREES, vector_index.SEARCH_K
-    vector_index.N_TREES = trees
+    shipped_trees, shipped_k = vector_index.trees_for(n), vector_index.SEARCH_K
+    saved = vector_index.N_TREES, vector_index.LARGE_N_TREES
+    vector_index.N_TREES = vector_index.LARGE_N_TREES = trees
     chunks = ((np.arange(s, min(s + 65536, n)) + 1, library[s:s + 65536]) for s in range(0, n, 65536))
     record, build_s, build_cpu = timed(lambda: vector_build.write_build(folder, f"bench-{trees}", chunks, "bench",
                                                                         library.shape[1], n, kind="annoy"))
-    vector_index.N_TREES = shipped_trees
+    vector_index.N_TREES, vector_index.LARGE_N_TREES = saved
     index = vector_index.VectorIndex(folder, record)
+    shipped_fraction = vector_index.SEARCH_K_FRACTION
     for k in sorted({shipped_k, *args.search_k}):
         vector_index.SEARCH_K = k
+        # an asked-for search_k is measured as it is: the fraction of the build (150k at 1M) would override it
+        vector_index.SEARCH_K_FRACTION = shipped_fraction if k == shipped_k else 0.0
         row = {"engine": "annoy", "size": n, "setting": f"{trees} trees, search_k {vector_index.search_k(10, n)}",
                "trees": trees, "search_k": vector_index.search_k(10, n),
                **measure(lambda q: index.search(q, 10, vector_index.dot_scorer(q))[0], queries, truth),
@@ -90,7 +94,7 @@ def annoy_rows(args, folder: Path, library: np.ndarray, queries, truth, truth200
             wide = measure(lambda q: index.search(q, 200, vector_index.dot_scorer(q))[0], queries[:100],
                            truth200[:100], k=200)
             row.update(recall_at_200=wide["recall_at_200"], p50_ms_at_200=wide["p50_ms"])
-        vector_index.SEARCH_K = shipped_k
+        vector_index.SEARCH_K, vector_index.SEARCH_K_FRACTION = shipped_k, shipped_fraction
         yield row
 
 
@@ -184,7 +188,7 @@ def main() -> None:
         folder = args.work / f"vector-search-{n}"
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)
-        rows = (row for trees in sorted({vector_index.N_TREES, *(int(t) for t in args.trees.split(",") if t)})
+        rows = (row for trees in sorted({vector_index.trees_for(n), *(int(t) for t in args.trees.split(",") if t)})
                 for row in annoy_rows(args, folder, library, queries, truth, truth200, trees))
         for row in itertools.chain(rows, compare_rows(folder, library, queries, truth) if args.compare else []):
             row.update(load_1min=round(os.getloadavg()[0], 1), cores=os.cpu_count())

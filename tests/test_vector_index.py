@@ -227,6 +227,20 @@ def test_search_k_grows_with_the_results_asked_for_and_the_library():
     assert vector_index.search_k(10, 10**7) == round(vector_index.SEARCH_K_FRACTION * 10**7) > vector_index.SEARCH_K
 
 
+def test_large_builds_get_more_trees(tmp_path, monkeypatch):
+    """At 1M vectors 10 trees missed the recall asked (docs/vector-index.md): a build from LARGE_BUILD vectors
+    gets LARGE_N_TREES, and its record says so."""
+    assert vector_index.trees_for(vector_index.LARGE_BUILD - 1) == vector_index.N_TREES
+    assert vector_index.trees_for(vector_index.LARGE_BUILD) == vector_index.LARGE_N_TREES > vector_index.N_TREES
+    monkeypatch.setattr(vector_index, "EXACT_MAX", 100)
+    monkeypatch.setattr(vector_index, "LARGE_BUILD", 200)
+    store = Store(tmp_path)
+    add(store, clustered(250, 0))
+    assert vector_build.sync(store, "m", DIM, "cosine").action == "rebuilt"
+    vectors = search(tmp_path, clustered(1, 1)[0], 1)[0]
+    assert vectors.record.kind == "annoy" and vectors.record.trees == vector_index.LARGE_N_TREES
+
+
 def test_annoy_above_exact_max_finds_the_true_neighbours(tmp_path, monkeypatch):
     monkeypatch.setattr(vector_index, "EXACT_MAX", 500)
     monkeypatch.setattr(vector_index, "SEARCH_K_FRACTION", 0.0)        # SEARCH_K alone, set below

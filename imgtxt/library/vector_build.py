@@ -79,12 +79,13 @@ def _write_annoy(index_dir: Path, stem: str, chunks, model_id: str, dim: int, co
                 index.add_item(row + i, vector)
         f.flush()
         os.fsync(f.fileno())
-    index.build(vector_index.N_TREES, n_jobs=vector_index.BUILD_THREADS)
+    trees = vector_index.trees_for(count)
+    index.build(trees, n_jobs=vector_index.BUILD_THREADS)
     index.unload()
     del index
     _fsync(ann_tmp)
     size = os.path.getsize(ann_tmp)
-    record = Record(model_id, stem, "annoy", count, vector_index.N_TREES, dim, size, 0, count,
+    record = Record(model_id, stem, "annoy", count, trees, dim, size, 0, count,
                     digest=digest(ann_tmp, size), ids_digest=digest(ids_tmp, 8 * count))
     os.replace(ids_tmp, index_dir / f"{stem}.ids")
     os.replace(ann_tmp, index_dir / f"{stem}.ann")

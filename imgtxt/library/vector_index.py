@@ -6,7 +6,7 @@ search, and this module reads it. A build writes one of two layouts:
   up to EXACT_MAX photos (or a model not scored by a dot product), every vector is scored:
   vectors-<model>-<gen>.vec   ids int64 (N) | vectors float32 (N, D)
   above, an Annoy index (metric "dot") finds the candidates:
-  vectors-<model>-<gen>.ann   Annoy's file: item i is row i, then N_TREES trees
+  vectors-<model>-<gen>.ann   Annoy's file: item i is row i, then trees_for(count) trees
   vectors-<model>-<gen>.ids   ids int64 (N): the photo id of each Annoy item
   and in both cases, rows embedded since that build, appended (Annoy cannot add to a built index):
   vectors-<model>-<gen>.add   (id int64, vector float32 (D)) each
@@ -25,7 +25,7 @@ as a strided matrix, so exact scoring (a large -n) needs no second copy of the v
 Search: up to EXACT_MAX vectors every vector is scored (single-threaded). Above, Annoy collects
 search_k(want) candidates from its trees and they are rescored by the caller's score function on their stored
 vectors, so every score is exact and only the candidate set is approximate; when search_k would reach the
-library's size, every vector is scored instead. N_TREES and SEARCH_K were chosen by recall@10 against exact on
+library's size, every vector is scored instead. The tree counts and SEARCH_K were chosen by recall@10 against exact on
 vectors fitted to the shipped model's (bench/vector_search.py, docs/vector-index.md). The .add rows are always
 scored exactly; when they pass REBUILD_FRACTION of the build, or removed photos do, the next run rebuilds.
 Removed photos stay in the files as dead ids: the caller maps ids to paths through SQLite, which drops them,
@@ -46,6 +46,7 @@ from .store import vector_chunks
 
 EXACT_MAX = 50_000       # exact search up to here; Annoy above (docs/vector-index.md: the measured crossover)
 N_TREES = 10             # Annoy trees: recall@10 0.955 at 100k with SEARCH_K; 3% more disk than the vectors (docs)
+LARGE_BUILD, LARGE_N_TREES = 500_000, 50   # ... and from here: at 1M 10 trees gave 0.891, 50 trees 0.954 (docs)
 SEARCH_K = 30_000        # Annoy candidates per query for 10 results ...
 SEARCH_K_FRACTION = 0.15  # ... or this fraction of the build, if more (from 200k photos; 150k at 1M, docs)
 RESULTS_PER_SEARCH_K = 10  # search_k grows in step with the results asked for beyond this many
@@ -78,6 +79,11 @@ def annoy_node_dtype(dim: int) -> np.dtype:
 
 def add_row_dtype(dim: int) -> np.dtype:
     return np.dtype([("id", "<i8"), ("vector", "<f4", (dim,))])
+
+
+def trees_for(count: int) -> int:
+    """Annoy trees for a build of `count` vectors."""
+    return LARGE_N_TREES if count >= LARGE_BUILD else N_TREES
 
 
 def search_k(want: int, count: int) -> int:
