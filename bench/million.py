@@ -60,7 +60,7 @@ def build_library(root: Path, index_dir: Path, size: int, model, work: Path, pag
     from imgtxt.library.store import Store, now_iso, now_precise
 
     mixture = FittedMixture(np.concatenate([photo_vectors(model, work, "train"), photo_vectors(model, work, "val")]))
-    dim = model.config["joint"]["embed_dim"]
+    dim = model.vector_dim   # the joint space plus the ConSE part and the hubness coordinate
     if page_size:  # an existing database keeps its page size: create it first with the one asked for
         index_dir.mkdir(parents=True)
         with sqlite3.connect(index_dir / "index.db") as conn:
