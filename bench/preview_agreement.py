@@ -66,7 +66,7 @@ def main() -> None:
     from imgtxt.model.fne import full_network_embedding
     from imgtxt.model.modelfile import TrainedModel
     from imgtxt.research.datasets import CAPTIONS_PER_IMAGE, load_split
-    from imgtxt.research.metrics import evaluate_scores
+    from imgtxt.research.evaluate import search_and_caption_scores
 
     model = TrainedModel.load(args.model)
     split = load_split("flickr8k", args.data_dir, "val")
@@ -103,12 +103,13 @@ def main() -> None:
           f"{100 * np.mean(np.abs(a.astype(int) - b) == 2):.3f}% flipped sign; raw mean abs diff "
           f"{np.abs(raw[True] - raw[False]).mean():.3e}", flush=True)
 
-    dim = model.config["joint"]["embed_dim"]
+    dim = model.vector_dim   # the joint space plus the ConSE part and the hubness coordinate
     # --limit: the first N images and their captions (an rsum on N images: compare the rows, not with the val rsum)
-    captions = model.encode_text(split.captions[:len(photos) * CAPTIONS_PER_IMAGE])
+    texts = split.captions[:len(photos) * CAPTIONS_PER_IMAGE]
+    captions = model.encode_text(texts)
 
-    def rsum(vectors) -> str:
-        r = evaluate_scores(model.scores(vectors, captions), CAPTIONS_PER_IMAGE)
+    def rsum(vectors) -> str:   # scored as `imgtxt eval` scores (search through the model's query encoding)
+        r = search_and_caption_scores(model, vectors, texts, captions)
         return f"rsum {r['rsum']:.2f} (i2t R@1 {r['i2t']['r1']:.1f}, t2i R@1 {r['t2i']['r1']:.1f})"
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -118,7 +119,8 @@ def main() -> None:
         for i, source in enumerate(sources):
             link = originals / f"val_{i:04}.jpg"
             if not link.exists():
-                link.symlink_to(source)
+                link.unlink(missing_ok=True)         # a dangling link of an earlier run
+                link.symlink_to(Path(source).resolve())   # a relative --data-dir would dangle from this folder
             links.append(link)
         for name, root, files, previews in (("original Flickr8k files", originals, links, False),
                                             ("12-MP main picture", folder, photos, False),
