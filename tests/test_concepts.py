@@ -78,29 +78,41 @@ def test_bad_sections_are_named(bad, says):
     assert says in concepts.check_config({**CONFIG, **bad})
 
 
-def test_a_model_with_the_bridge_appends_both_parts_and_scores_by_dot_product(tiny_minilm_model):
-    """A MiniLM model given a hand-made bridge: photo vectors = [joint, ConSE part], text = [joint, sentence];
-    one dot product = joint cosine + ConSE score."""
+def save_with_bridge(src, out, rng, confidence_weight: float = 0.0, bank=("a dog",), search=None):
+    """`src` (a MiniLM model) saved at `out` with a hand-made ConSE bridge of 5 classes, weight 0.2, top 3
+    (and model.json "search" when given)."""
     from imgtxt.model import text_encoders
-    from imgtxt.model.modelfile import IMAGE_PROJECTION, TrainedModel, save_model
+    from imgtxt.model.modelfile import IMAGE_PROJECTION, save_model
 
-    src = TrainedModel.load(tiny_minilm_model)
-    raw_dim = src.features["raw_dim"]
     start, stop = src.features["baseline_slice"]
-    rng = np.random.default_rng(0)
     classes, text_dim = 5, src.text.sentence_vectors([[101, 102]]).shape[1]
     vectors = rng.normal(size=(classes, text_dim)).astype(np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     extra = {concepts.WEIGHT: rng.normal(size=(classes, stop - start)).astype(np.float32),
              concepts.BIAS: np.zeros(classes, np.float32), concepts.CLASS_VECTORS: vectors}
     config = {k: v for k, v in src.config.items() if k not in ("format", "version", "weights_sha256")}
-    config["concepts"] = {"kind": "conse", "top_k": 3, "weight": 0.2, "confidence_weight": 0.1,
+    config["concepts"] = {"kind": "conse", "top_k": 3, "weight": 0.2, "confidence_weight": confidence_weight,
                           "raw_slice": [start, stop], "classes": classes, "text_dim": text_dim}
+    if search is not None:
+        config["search"] = search
     names = text_encoders.tensor_names(text_encoders.text_config_of(config)) + [IMAGE_PROJECTION]
     weights = {n: np.asarray(src.tensors[n], np.float32) for n in names}
     files = {"tokenizer.json": (src.folder / "tokenizer.json").read_bytes()}
-    out = tiny_minilm_model.parent / "with-concepts"
-    save_model(out, weights, None, config, src.stats, ["a dog"], files=files, extra=extra)
+    save_model(out, weights, None, config, src.stats, list(bank), files=files, extra=extra)
+    return out
+
+
+def test_a_model_with_the_bridge_appends_both_parts_and_scores_by_dot_product(tiny_minilm_model):
+    """A MiniLM model given a hand-made bridge: photo vectors = [joint, ConSE part], text = [joint, sentence];
+    one dot product = joint cosine + ConSE score."""
+    from imgtxt.model.modelfile import TrainedModel
+
+    src = TrainedModel.load(tiny_minilm_model)
+    raw_dim = src.features["raw_dim"]
+    rng = np.random.default_rng(0)
+    out = save_with_bridge(src, tiny_minilm_model.parent / "with-concepts", rng, confidence_weight=0.1)
+    text_dim = src.text.sentence_vectors([[101, 102]]).shape[1]
+    start, stop = src.features["baseline_slice"]
     model = TrainedModel.load(out)
     h = model.config["joint"]["embed_dim"]
     assert model.vector_dim == h + text_dim

@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from test_concepts import tiny_minilm_model  # noqa: F401  (a fixture)
+from test_concepts import save_with_bridge, tiny_minilm_model  # noqa: F401  (a fixture)
 
 from imgtxt.errors import ModelError
 from imgtxt.model import concepts, search_tuning
@@ -73,30 +73,15 @@ def test_a_model_with_search_corrections(tiny_minilm_model):  # noqa: F811
     """Photo vectors end with -weight * (offset - center), text vectors with 1: one dot product gives the
     corrected score. A query's ConSE part is scaled by its gate; captions are not. The hubness setting is part
     of the model id; a bad section fails at load in one line."""
-    from imgtxt.model import text_encoders
-    from imgtxt.model.modelfile import IMAGE_PROJECTION, TrainedModel, save_model
+    from imgtxt.model.modelfile import TrainedModel
 
     src = TrainedModel.load(tiny_minilm_model)
-    start, stop = src.features["baseline_slice"]
-    rng = np.random.default_rng(0)
-    classes, text_dim = 5, src.text.sentence_vectors([[101, 102]]).shape[1]
-    vectors = rng.normal(size=(classes, text_dim)).astype(np.float32)
-    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-    extra = {concepts.WEIGHT: rng.normal(size=(classes, stop - start)).astype(np.float32),
-             concepts.BIAS: np.zeros(classes, np.float32), concepts.CLASS_VECTORS: vectors}
-    config = {k: v for k, v in src.config.items() if k not in ("format", "version", "weights_sha256")}
-    config["concepts"] = {"kind": "conse", "top_k": 3, "weight": 0.2, "confidence_weight": 0.0,
-                          "raw_slice": [start, stop], "classes": classes, "text_dim": text_dim}
-    names = text_encoders.tensor_names(text_encoders.text_config_of(config)) + [IMAGE_PROJECTION]
-    weights = {n: np.asarray(src.tensors[n], np.float32) for n in names}
-    files = {"tokenizer.json": (src.folder / "tokenizer.json").read_bytes()}
     bank = ["a dog", "a red car", "two people on a bench"]
-    plain_dir = tiny_minilm_model.parent / "plain"
-    save_model(plain_dir, weights, None, config, src.stats, bank, files=files, extra=extra)
-    config["search"] = {"hubness": {"top_k": 2, "weight": 0.5, "center": 0.1},
-                        "query_gate": {"start": -1.0, "span": 0.5, "gain": 3.0}}   # every query fully gated
-    out = tiny_minilm_model.parent / "tuned"
-    save_model(out, weights, None, config, src.stats, bank, files=files, extra=extra)
+    plain_dir = save_with_bridge(src, tiny_minilm_model.parent / "plain", np.random.default_rng(0), bank=bank)
+    search = {"hubness": {"top_k": 2, "weight": 0.5, "center": 0.1},
+              "query_gate": {"start": -1.0, "span": 0.5, "gain": 3.0}}   # every query fully gated
+    out = save_with_bridge(src, tiny_minilm_model.parent / "tuned", np.random.default_rng(0), bank=bank, search=search)
+    rng = np.random.default_rng(1)
     plain, model = TrainedModel.load(plain_dir), TrainedModel.load(out)
     assert model.model_id != plain.model_id
     d = plain.vector_dim

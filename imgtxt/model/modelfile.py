@@ -209,18 +209,21 @@ class TrainedModel:
         """Width of the photo and text vectors: content_dim, plus the hubness coordinate (search_tuning)."""
         return self.content_dim + (1 if self.hubness else 0)
 
-    @cached_property
-    def hubness_bank(self) -> np.ndarray:
-        """(bank, content_dim) the caption bank's vectors the photo offsets are measured against."""
+    def caption_bank_vectors(self, stride: int = 1) -> np.ndarray:
+        """(bank / stride, content_dim) every stride-th caption's vector: stored with the model, else embedded."""
         from .caption_bank import read_caption_vectors
 
         bank = self.caption_bank()
         if not bank:
             raise ModelError(f"{self.folder}: search.hubness needs the caption bank (captions.txt)")
-        stride = self.hubness.get("bank_stride", 1) if self.hubness else 1
         stored = read_caption_vectors(self, bank)
         vectors = stored[::stride] if stored is not None else self.encode_text(bank[::stride], batch_size=128)
         return np.ascontiguousarray(vectors[:, :self.content_dim], np.float32)
+
+    @cached_property
+    def hubness_bank(self) -> np.ndarray:
+        """The caption vectors the photo offsets are measured against (search_tuning)."""
+        return self.caption_bank_vectors(self.hubness.get("bank_stride", 1) if self.hubness else 1)
 
     @cached_property
     def image_projection(self) -> np.ndarray:

@@ -75,15 +75,6 @@ def fit_gate(scores_i2t: np.ndarray, photos: np.ndarray, captions: np.ndarray, c
     return {"start": round(start, 4), "span": SPAN, "gain": chosen["gain"]}, rows
 
 
-def full_bank(model) -> np.ndarray:
-    """The whole caption bank's vectors at content width (the model's own hubness setting aside)."""
-    from imgtxt.model.caption_bank import read_caption_vectors
-
-    stored = read_caption_vectors(model, model.caption_bank())
-    vectors = stored if stored is not None else model.encode_text(model.caption_bank(), batch_size=128)
-    return np.ascontiguousarray(vectors[:, :model.content_dim], np.float32)
-
-
 def tune_search(model, dataset: str, data_dir: Path | str, split: str = "val", quiet: bool = False) -> dict:
     """The "search" section for model.json, with the val tables it was chosen from."""
     from .calibrate import split_vectors
@@ -98,7 +89,7 @@ def tune_search(model, dataset: str, data_dir: Path | str, split: str = "val", q
     photos = np.ascontiguousarray(images[:, :d], dtype=np.float32)
     captions = model.encode_text(load_split(dataset, data_dir, split, check_images=False).captions)[:, :d]
     stride = BANK_STRIDE if len(model.caption_bank()) >= 4 * BANK_STRIDE * max(HUBNESS_TOP_K) else 1
-    bank = full_bank(model)[::stride]
+    bank = model.caption_bank_vectors(stride)
     hubness, hub_rows = fit_hubness(photos, captions, bank, stride)
     section: dict = {"hubness": hubness} if hubness["weight"] > 0 else {}
     fitted_on = {"dataset": dataset, "split": split, "hubness_table": hub_rows}
