@@ -35,7 +35,7 @@ def fake_index(index_dir: Path, model, n: int) -> float:
     from imgtxt.library import vector_build
     from imgtxt.library.store import Store, encode_vector, now_iso
 
-    dim = model.config["joint"]["embed_dim"]
+    dim = model.vector_dim   # the joint space plus the ConSE part and the hubness coordinate
     store = Store(index_dir)
     rng = np.random.default_rng(n)
     with store.db.atomic():
@@ -98,7 +98,7 @@ def main() -> None:
             env = {**os.environ, "IMGTXT_BENCH_CODE": str(old_code)}
             variants.append((f"{args.before}", TrainedModel.load(args.before_model or pick_model(None, tmp)), env))
         for name, model, _ in variants:
-            print(f"{name}: model {model.model_id}: joint space {model.config['joint']['embed_dim']}-d, "
+            print(f"{name}: model {model.model_id}: {model.vector_dim}-d vectors, "
                   f"{model.similarity_kind} similarity, text encoder "
                   f"{model.config.get('text', {'kind': 'gru'})['kind']}")
         for n in (int(s) for s in args.sizes.split(",")):
