@@ -32,8 +32,8 @@ GAINS = (0.0, 2.0, 3.0, 5.0, 8.0, 12.0)
 GATE_TOLERANCE = 0.25
 
 
-def _t2i(result: dict) -> float:
-    return float(sum(result["t2i"][k] for k in ("r1", "r5", "r10")))
+def _recall_sum(recalls: dict) -> float:
+    return float(sum(recalls[k] for k in ("r1", "r5", "r10")))
 
 
 def fit_hubness(photos: np.ndarray, captions: np.ndarray, bank: np.ndarray, stride: int = 1) -> tuple[dict, list[dict]]:
@@ -48,7 +48,7 @@ def fit_hubness(photos: np.ndarray, captions: np.ndarray, bank: np.ndarray, stri
                 continue
             t2i = evaluate_scores(base - w * offsets[:, None], CAPTIONS_PER_IMAGE)["t2i"]
             rows.append({"top_k": k, "weight": w, "t2i": [round(float(t2i[x]), 1) for x in ("r1", "r5", "r10")],
-                         "t2i_sum": round(_t2i({"t2i": t2i}), 2)})
+                         "t2i_sum": round(_recall_sum(t2i), 2)})
     best = max(rows, key=lambda r: (r["t2i_sum"], -r["weight"]))
     center = float(search_tuning.photo_offsets(photos, bank, best["top_k"]).mean())
     return {"top_k": best["top_k"], "weight": best["weight"], "center": round(center, 4), "bank_stride": stride}, rows
@@ -60,15 +60,15 @@ def fit_gate(scores_i2t: np.ndarray, photos: np.ndarray, captions: np.ndarray, c
     m = (captions[:, conse] @ class_vectors.T).max(axis=1)
     start = float(np.percentile(m, GATE_PERCENTILE))
     i2t = evaluate_scores(scores_i2t, CAPTIONS_PER_IMAGE)["i2t"]
-    i2t_sum = float(sum(i2t[k] for k in ("r1", "r5", "r10")))
+    i2t_sum = _recall_sum(i2t)
+    extra = scores_i2t - photos @ captions.T    # the hubness offsets (zero without them)
     rows = []
     for gain in GAINS:
         gate = {"start": round(start, 4), "span": SPAN, "gain": gain}
         gated = captions.copy()
         gated[:, conse] *= search_tuning.gate_scale(captions[:, conse], class_vectors, gate)[:, None]
-        extra = scores_i2t - photos @ captions.T    # the hubness offsets (zero without them)
         t2i = evaluate_scores(photos @ gated.T + extra, CAPTIONS_PER_IMAGE)["t2i"]
-        rows.append({"gain": gain, "rsum": round(i2t_sum + _t2i({"t2i": t2i}), 2),
+        rows.append({"gain": gain, "rsum": round(i2t_sum + _recall_sum(t2i), 2),
                      "t2i": [round(float(t2i[x]), 1) for x in ("r1", "r5", "r10")]})
     floor = rows[0]["rsum"] - GATE_TOLERANCE
     chosen = max((r for r in rows if r["rsum"] >= floor), key=lambda r: r["gain"])
