@@ -1,7 +1,8 @@
 """Vector search at 100k and 1M photos: recall@10 against exact search, query latency in-process, build time.
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/vector_search.py [--sizes 100000,1000000] [--json]
-        [--compare] [--search-k 10000,30000] [--trees 10,20] [--queries 300] [--work DIR] [--model DIR]
+        [--compare] [--search-k 10000,30000] [--trees 10,20] [--projected 64,256] [--queries 300] [--work DIR]
+        [--model DIR]
 
 The library: the shipped model's 7,000 real Flickr8k train+val photo vectors plus synthetic ones drawn from a
 Gaussian mixture fitted to them (bench/real_vectors.py) up to the size. The queries: real val caption vectors
@@ -9,8 +10,9 @@ Gaussian mixture fitted to them (bench/real_vectors.py) up to the size. The quer
 library's own `vector_build.write_build` into a folder under --work and searched through `VectorIndex`, the
 object `imgtxt search` uses (files in the page cache, as for any search after the first).
 
-For each size: the shipped settings (N_TREES, SEARCH_K); recall@200 with -n 200 (search_k grows with it);
-with --search-k / --trees, other settings; with --compare, exact search over the mapped matrix and, when
+For each size: the shipped settings (trees_for(size), SEARCH_K, PROJECTED_DIM); recall@200 with -n 200 (search_k
+grows with it); with --search-k / --trees / --projected, other settings (the Annoy index over a PCA projection
+of that many dimensions, candidates rescored on the full vectors); with --compare, exact search over the mapped matrix and, when
 installed (the `bench` extra), FAISS IVFFlat (inner product, ~1,024 vectors a list, nprobe 16) and hnswlib
 (M 16, ef_construction 200, ef 128). Queries run single-threaded. recall@10 = the share of exact search's top 10
 that is found. With --json, one JSON object a line per row; the shipped row has "shipped": true.
@@ -68,28 +70,32 @@ def timed(build):
     return value, round(time.perf_counter() - t, 1), round(time.process_time() - c, 1)
 
 
-def annoy_rows(args, folder: Path, library: np.ndarray, queries, truth, truth200, trees: int):
+def annoy_rows(args, folder: Path, library: np.ndarray, queries, truth, truth200, trees: int, projected: int):
     from imgtxt.library import vector_build, vector_index
 
     n = len(library)
-    shipped_trees, shipped_k = vector_index.trees_for(n), vector_index.SEARCH_K
-    saved = vector_index.N_TREES, vector_index.LARGE_N_TREES
+    shipped = (vector_index.trees_for(n), vector_index.PROJECTED_DIM)
+    shipped_k = vector_index.SEARCH_K
+    saved = vector_index.N_TREES, vector_index.LARGE_N_TREES, vector_index.PROJECTED_DIM
     vector_index.N_TREES = vector_index.LARGE_N_TREES = trees
+    vector_index.PROJECTED_DIM = projected
     chunks = ((np.arange(s, min(s + 65536, n)) + 1, library[s:s + 65536]) for s in range(0, n, 65536))
-    record, build_s, build_cpu = timed(lambda: vector_build.write_build(folder, f"bench-{trees}", chunks, "bench",
-                                                                        library.shape[1], n, kind="annoy"))
-    vector_index.N_TREES, vector_index.LARGE_N_TREES = saved
+    record, build_s, build_cpu = timed(lambda: vector_build.write_build(
+        folder, f"bench-{trees}-{projected}", chunks, "bench", library.shape[1], n, kind="annoy-pca"))
+    vector_index.N_TREES, vector_index.LARGE_N_TREES, vector_index.PROJECTED_DIM = saved
     index = vector_index.VectorIndex(folder, record)
     shipped_fraction = vector_index.SEARCH_K_FRACTION
     for k in sorted({shipped_k, *args.search_k}):
         vector_index.SEARCH_K = k
         # an asked-for search_k is measured as it is: the fraction of the build (150k at 1M) would override it
         vector_index.SEARCH_K_FRACTION = shipped_fraction if k == shipped_k else 0.0
-        row = {"engine": "annoy", "size": n, "setting": f"{trees} trees, search_k {vector_index.search_k(10, n)}",
-               "trees": trees, "search_k": vector_index.search_k(10, n),
+        row = {"engine": "annoy", "size": n,
+               "setting": f"PCA {projected}, {trees} trees, search_k {vector_index.search_k(10, n)}",
+               "trees": trees, "projected_dim": projected, "search_k": vector_index.search_k(10, n),
                **measure(lambda q: index.search(q, 10, vector_index.dot_scorer(q))[0], queries, truth),
-               "build_s": build_s, "build_cpu_s": build_cpu, "disk_bytes": record.bytes + 8 * n,
-               "shipped": trees == shipped_trees and k == shipped_k}
+               "build_s": build_s, "build_cpu_s": build_cpu,
+               "disk_bytes": record.bytes + record.ann_bytes + vector_index.projection_bytes(record.dim, projected),
+               "shipped": (trees, projected) == shipped and k == shipped_k}
         if row["shipped"]:
             wide = measure(lambda q: index.search(q, 200, vector_index.dot_scorer(q))[0], queries[:100],
                            truth200[:100], k=200)
@@ -157,6 +163,7 @@ def main() -> None:
     ap.add_argument("--compare", action="store_true", help="add exact, FAISS IVF and hnswlib rows")
     ap.add_argument("--search-k", default="", help="other SEARCH_K values to measure, comma-separated")
     ap.add_argument("--trees", default="", help="other tree counts to build and measure, comma-separated")
+    ap.add_argument("--projected", default="", help="other PCA widths of the Annoy index, comma-separated")
     ap.add_argument("--model", default=None)
     ap.add_argument("--work", type=Path, default=WORK,
                     help=f"working folder, kept between runs for its cached vectors (default: {WORK})")
@@ -188,8 +195,11 @@ def main() -> None:
         folder = args.work / f"vector-search-{n}"
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)
-        rows = (row for trees in sorted({vector_index.trees_for(n), *(int(t) for t in args.trees.split(",") if t)})
-                for row in annoy_rows(args, folder, library, queries, truth, truth200, trees))
+        settings = itertools.product(
+            sorted({vector_index.trees_for(n), *(int(t) for t in args.trees.split(",") if t)}),
+            sorted({vector_index.PROJECTED_DIM, *(int(p) for p in args.projected.split(",") if p)}))
+        rows = (row for trees, projected in settings
+                for row in annoy_rows(args, folder, library, queries, truth, truth200, trees, projected))
         for row in itertools.chain(rows, compare_rows(folder, library, queries, truth) if args.compare else []):
             row.update(load_1min=round(os.getloadavg()[0], 1), cores=os.cpu_count())
             if args.json:

@@ -137,12 +137,12 @@ def test_a_folder_beyond_path_max_is_reported_as_skipped(library, tmp_path):
 # ------------------------------------------------------------------------------ 4. damaged vector files
 
 @pytest.mark.parametrize("damage", ["garbled", "truncated", "empty", "add-garbled", "add-truncated",
-                                    "ann-garbled", "ann-truncated", "ann-empty", "ids-garbled", "ann-intact"])
+                                    "ann-garbled", "ann-truncated", "ann-empty", "proj-garbled", "ann-intact"])
 def test_a_damaged_vector_file_never_crashes_a_search(library, tmp_path, tiny_model, damage, monkeypatch):
     from imgtxt.library import vector_index
     from imgtxt.library.store import decode_vectors
 
-    if damage.startswith(("ann", "ids")):   # an Annoy index: a garbled .ann would crash Annoy's loader (SIGSEGV)
+    if damage.startswith(("ann", "proj")):   # an Annoy index: a garbled .ann would crash Annoy's loader (SIGSEGV)
         monkeypatch.setattr(vector_index, "EXACT_MAX", 5)
     for i in range(20):
         write_photo(tmp_path / "p" / f"{i}.jpg", seed=i)

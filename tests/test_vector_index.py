@@ -72,7 +72,7 @@ def test_unchanged_runs_write_nothing_and_additions_are_appended(tmp_path, kind)
     synced = vector_build.sync(store, "m", DIM, "cosine")
     assert (synced.action, synced.live) == ("rebuilt", 300) and "there was none" in synced.reason
     before = files(tmp_path)
-    assert {name.rsplit(".", 1)[1] for name in before} == ({"vec"} if kind == "exact" else {"ann", "ids"})
+    assert {name.rsplit(".", 1)[1] for name in before} == ({"vec"} if kind == "exact" else {"vec", "proj", "ann"})
 
     time.sleep(0.01)
     assert vector_build.sync(store, "m", DIM, "cosine").action == "unchanged"
@@ -142,15 +142,14 @@ def test_files_that_do_not_match_the_record_are_never_mapped(tmp_path, damage, k
     assert isinstance(search(tmp_path, query, 10)[0], vector_index.VectorIndex)
 
 
-@pytest.mark.parametrize("damage", ["garble-main", "garble-ids", "garble-add"])
+@pytest.mark.parametrize("damage", ["garble-vec", "garble-ann", "garble-proj", "garble-add"])
 def test_garbled_files_of_the_right_size_are_caught_by_their_digest_with_a_notice(tmp_path, damage, kind):
     store = Store(tmp_path)
     add(store, clustered(200, 0))
     vector_build.sync(store, "m", DIM, "cosine")
     add(store, clustered(5, 1), start=200)
     assert vector_build.sync(store, "m", DIM, "cosine").action == "appended"
-    suffix = {"garble-main": "vec" if kind == "exact" else "ann", "garble-ids": "ids" if kind == "annoy" else "vec",
-              "garble-add": "add"}[damage]
+    suffix = damage.split("-")[1] if kind == "annoy" else {"garble-add": "add"}.get(damage, "vec")
     (path,) = tmp_path.glob(f"vectors-*.{suffix}")
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0xFF                                         # one byte: same size, other content
@@ -238,7 +237,7 @@ def test_large_builds_get_more_trees(tmp_path, monkeypatch):
     add(store, clustered(250, 0))
     assert vector_build.sync(store, "m", DIM, "cosine").action == "rebuilt"
     vectors = search(tmp_path, clustered(1, 1)[0], 1)[0]
-    assert vectors.record.kind == "annoy" and vectors.record.trees == vector_index.LARGE_N_TREES
+    assert vectors.record.kind == "annoy-pca" and vectors.record.trees == vector_index.LARGE_N_TREES
 
 
 def test_annoy_above_exact_max_finds_the_true_neighbours(tmp_path, monkeypatch):
@@ -250,15 +249,16 @@ def test_annoy_above_exact_max_finds_the_true_neighbours(tmp_path, monkeypatch):
     add(store, clustered(30, 1), start=480)                             # 6%: would be appended, but past 500
     synced = vector_build.sync(store, "m", DIM, "cosine")
     assert synced.action == "rebuilt" and "past exact search" in synced.reason
-    assert {p.suffix for p in tmp_path.glob("vectors-*")} == {".ann", ".ids"}
+    assert {p.suffix for p in tmp_path.glob("vectors-*")} == {".vec", ".proj", ".ann"}
     assert {stat.S_IMODE(p.stat().st_mode) for p in tmp_path.glob("vectors-*")} == {0o600}   # private, as the db
     add(store, clustered(1890, 9), start=510)
     assert vector_build.sync(store, "m", DIM, "cosine").action == "rebuilt"
     calls = annoy_calls(monkeypatch)
     vectors = search(tmp_path, clustered(1, 1)[0], 1)[0]
-    assert vectors.record.kind == "annoy" and vectors.record.trees == vector_index.N_TREES
+    assert vectors.record.kind == "annoy-pca" and vectors.record.trees == vector_index.N_TREES
+    assert vectors.record.projected == DIM          # PROJECTED_DIM is above DIM: a rotation, nothing dropped
     assert sorted(np.asarray(vectors.ids)) == list(range(1, 2401))      # every row once
-    np.testing.assert_array_equal(np.asarray(vectors.vectors), decode_vectors(   # Annoy's items are the rows
+    np.testing.assert_array_equal(np.asarray(vectors.vectors), decode_vectors(   # the rescored rows are the rows
         [r[0] for r in sqlite3.connect(tmp_path / "index.db").execute("SELECT embedding FROM photos ORDER BY id")],
         DIM)[np.asarray(vectors.ids) - 1])
     # A generous search_k (below the library's size, so Annoy still answers): the exact answer, scores included.
@@ -284,6 +284,73 @@ def test_annoy_above_exact_max_finds_the_true_neighbours(tmp_path, monkeypatch):
     assert sorted(i for i, _ in everything) == sorted(i for i, _ in expected)       # (ties may swap places)
     assert np.allclose([s for _, s in everything], [s for _, s in expected], atol=1e-5)
     assert calls == []
+
+
+def test_a_projection_narrower_than_the_vectors_picks_candidates_and_every_score_stays_exact(tmp_path,
+                                                                                                monkeypatch):
+    """Annoy ranks candidates in a PCA projection (here 8 of 16 dimensions); the results are rescored on the
+    full vectors, so their scores are the exact ones and the true neighbours are found."""
+    monkeypatch.setattr(vector_index, "EXACT_MAX", 500)
+    monkeypatch.setattr(vector_index, "PROJECTED_DIM", 8)
+    monkeypatch.setattr(vector_index, "SEARCH_K_FRACTION", 0.0)
+    monkeypatch.setattr(vector_index, "SEARCH_K", 1500)
+    store = Store(tmp_path)
+    add(store, clustered(2400, 0))
+    vector_build.sync(store, "m", DIM, "cosine")
+    vectors = search(tmp_path, clustered(1, 1)[0], 1)[0]
+    assert vectors.record.projected == 8 and vectors.annoy.f == 8 and vectors.basis.shape == (DIM, 8)
+    (ann,) = tmp_path.glob("vectors-*.ann")
+    assert ann.stat().st_size % vector_index.annoy_node_bytes(8) == 0
+    recalls = []
+    for query in clustered(30, 2):
+        hits, expected = search(tmp_path, query, 10)[1], exact(tmp_path, query, 10)
+        recalls.append(len({i for i, _ in hits} & {i for i, _ in expected}) / 10)
+        truth = dict(exact(tmp_path, query, 2400))
+        assert all(abs(score - truth[i]) < 1e-5 for i, score in hits)       # rescored: exact scores
+    assert np.mean(recalls) >= 0.95
+
+
+def test_the_projection_keeps_the_directions_the_vectors_vary_in():
+    """Vectors in a 3-d affine subspace of 16-d: the mean and 3 axes reproduce every score up to a constant."""
+    rng = np.random.default_rng(0)
+    offset, axes = rng.normal(size=DIM), np.linalg.qr(rng.normal(size=(DIM, 3)))[0]
+    vectors = (offset + rng.normal(size=(500, 3)) @ axes.T).astype(np.float32)
+    mean, basis = vector_build.fit_projection(vectors, 3, seed=1)
+    assert basis.shape == (DIM, 3) and np.allclose(basis.T @ basis, np.eye(3), atol=1e-5)
+    np.testing.assert_allclose(mean, vectors.mean(axis=0), atol=1e-5)
+    query = rng.normal(size=DIM).astype(np.float32)
+    exact_scores, projected = vectors @ query, ((vectors - mean) @ basis) @ (query @ basis)
+    np.testing.assert_allclose(exact_scores - projected, (mean @ query) * np.ones(500), atol=1e-3)
+
+
+def test_an_index_of_the_full_width_annoy_version_is_searched_exactly_then_rebuilt(tmp_path):
+    """The previous Annoy layout (an .ann over the full vectors and an .ids file, kind "annoy"): searched exactly
+    with a notice, never handed to Annoy, then rebuilt by the next run; SQLite's rows stay as they were."""
+    store = Store(tmp_path)
+    add(store, clustered(300, 0))
+    stem = "vectors-m-0123abcd"
+    node = np.dtype([("head", "<i4", (4,)), ("vector", "<f4", (DIM,))])
+    ann = np.zeros(310, node).tobytes()
+    (tmp_path / f"{stem}.ann").write_bytes(ann)
+    (tmp_path / f"{stem}.ids").write_bytes(np.arange(1, 301, dtype="<i8").tobytes())
+    store.set_meta(vec_model="m", vec_file=stem, vec_kind="annoy", vec_count=300, vec_trees=10, vec_dim=DIM,
+                   vec_bytes=len(ann), vec_add=0, vec_live=300, vec_max_id=300, vec_generation=10**6,
+                   vec_synced_at="2026-01-01T00:00:00.000000",
+                   vec_digest=vector_index.digest(tmp_path / f"{stem}.ann", len(ann)),
+                   vec_ids_digest=vector_index.digest(tmp_path / f"{stem}.ids", 2400), vectors_dirty=0)
+    rows_before = sqlite3.connect(tmp_path / "index.db").execute("SELECT * FROM photos ORDER BY id").fetchall()
+    conn = open_readonly(tmp_path)
+    notices: list[str] = []
+    found = vector_index.open_vectors(tmp_path, read_meta(conn), conn, "m", DIM, notices)
+    assert isinstance(found, vector_index.ExactFromRows) and "earlier version" in notices[0]
+    query = clustered(1, 5)[0]
+    assert same(search(tmp_path, query, 10)[1], exact(tmp_path, query, 10))
+    synced = vector_build.sync(store, "m", DIM, "cosine")               # no vector changed, yet rebuilt
+    assert synced.action == "rebuilt" and "earlier version" in synced.reason
+    assert not list(tmp_path.glob(f"{stem}.*"))
+    assert sqlite3.connect(tmp_path / "index.db").execute("SELECT * FROM photos ORDER BY id").fetchall() == rows_before
+    assert isinstance(search(tmp_path, query, 10)[0], vector_index.VectorIndex)
+    assert vector_build.sync(store, "m", DIM, "cosine").action == "unchanged"
 
 
 def test_an_index_of_the_cells_version_is_upgraded_and_its_rows_are_untouched(tmp_path):

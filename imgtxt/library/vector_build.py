@@ -1,5 +1,5 @@
 """Writing the search files (see vector_index.py for their layout and how searches read them): a full build
-(the float32 matrix up to EXACT_MAX photos, an Annoy index above), rows appended since, and `sync`, which after an
+(the float32 matrix; above EXACT_MAX photos also a PCA projection and an Annoy index over it), rows appended since, and `sync`, which after an
 index run does only what changed.
 
 Every file is written under a new generation name (or appended past its recorded length) and fsynced before the
@@ -19,12 +19,12 @@ from . import (
     vector_index,  # its tuning constants are read through the module, so tests and bench/ can vary them
 )
 from .store import now_precise, vector_chunks
-from .vector_index import Record, add_row_dtype, digest, exact_bytes, file_stem
+from .vector_index import Record, add_row_dtype, digest, exact_bytes, file_stem, projected_dim
 
 
 def kind_for(count: int, similarity: str) -> str:
     """Annoy answers by dot product: a model scored otherwise (order embeddings) is searched exactly at any size."""
-    return "annoy" if count > vector_index.EXACT_MAX and similarity == "cosine" else "exact"
+    return "annoy-pca" if count > vector_index.EXACT_MAX and similarity == "cosine" else "exact"
 
 
 def _rows(chunks, count: int):
@@ -44,52 +44,68 @@ def write_build(index_dir: Path, stem: str, chunks, model_id: str, dim: int, cou
     """Write the files of `kind` from `chunks` ((ids, float32 vectors) pairs, `count` rows in all); returns
     their record. Every file goes to a .tmp name and is fsynced, then renamed."""
     index_dir = Path(index_dir)
-    if kind == "exact":
-        tmp = index_dir / f"{stem}.vec.tmp"
-        size = exact_bytes(count, dim)
-        with _private_open(tmp) as f:
-            f.truncate(size)
-        ids = np.memmap(tmp, "<i8", "r+", 0, (count,))
-        vectors = np.memmap(tmp, "<f4", "r+", count * 8, (count, dim))
-        for row, chunk_ids, chunk in _rows(chunks, count):
-            ids[row:row + len(chunk_ids)] = chunk_ids
-            vectors[row:row + len(chunk_ids)] = chunk
-        vectors.flush()
-        ids.flush()
-        del ids, vectors
-        _fsync(tmp)
-        record = Record(model_id, stem, "exact", count, 0, dim, size, 0, count, digest=digest(tmp, size))
-        os.replace(tmp, index_dir / f"{stem}.vec")
-        return record
-    return _write_annoy(index_dir, stem, chunks, model_id, dim, count)
+    tmp = index_dir / f"{stem}.vec.tmp"
+    size = exact_bytes(count, dim)
+    with _private_open(tmp) as f:
+        f.truncate(size)
+    ids = np.memmap(tmp, "<i8", "r+", 0, (count,))
+    vectors = np.memmap(tmp, "<f4", "r+", count * 8, (count, dim))
+    for row, chunk_ids, chunk in _rows(chunks, count):
+        ids[row:row + len(chunk_ids)] = chunk_ids
+        vectors[row:row + len(chunk_ids)] = chunk
+    vectors.flush()
+    ids.flush()
+    del ids, vectors
+    _fsync(tmp)
+    record = Record(model_id, stem, "exact", count, 0, dim, size, 0, count, digest=digest(tmp, size))
+    if kind != "exact":
+        _write_annoy(index_dir, stem, np.memmap(tmp, "<f4", "r", count * 8, (count, dim)), record)
+        os.replace(index_dir / f"{stem}.proj.tmp", index_dir / f"{stem}.proj")
+        os.replace(index_dir / f"{stem}.ann.tmp", index_dir / f"{stem}.ann")
+    os.replace(tmp, index_dir / f"{stem}.vec")
+    return record
 
 
-def _write_annoy(index_dir: Path, stem: str, chunks, model_id: str, dim: int, count: int) -> Record:
+def fit_projection(vectors: np.ndarray, projected: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The mean (D,) and the first `projected` principal axes (D, P) of a seeded sample of the rows, float32."""
+    n = len(vectors)
+    rows = np.sort(np.random.default_rng(seed).choice(n, min(n, vector_index.PROJECTION_SAMPLE), replace=False))
+    sample = np.asarray(vectors[rows], np.float64)
+    mean = sample.mean(axis=0)
+    centred = sample - mean
+    values, axes = np.linalg.eigh(centred.T @ centred)
+    basis = axes[:, np.argsort(-values, kind="stable")[:projected]]
+    return mean.astype(np.float32), np.ascontiguousarray(basis, dtype=np.float32)
+
+
+def _write_annoy(index_dir: Path, stem: str, vectors: np.ndarray, record: Record, chunk: int = 65_536) -> None:
+    """The .proj and the .ann (as .tmp files, fsynced) of the build's vectors; fills in `record`."""
     from annoy import AnnoyIndex
 
-    ann_tmp, ids_tmp = index_dir / f"{stem}.ann.tmp", index_dir / f"{stem}.ids.tmp"
-    _private_open(ann_tmp).close()          # created 0600 here: Annoy's open keeps the mode of a file that exists
-    index = AnnoyIndex(dim, "dot")
-    index.set_seed(count)
-    index.on_disk_build(str(ann_tmp))       # nodes grow in the file, not in memory: the vectors are held once
-    with _private_open(ids_tmp) as f:
-        for row, chunk_ids, chunk in _rows(chunks, count):
-            f.write(np.asarray(chunk_ids, "<i8").tobytes())
-            for i, vector in enumerate(np.asarray(chunk, np.float32)):
-                index.add_item(row + i, vector)
+    count, dim = vectors.shape
+    projected = projected_dim(dim)
+    mean, basis = fit_projection(vectors, projected, seed=count)
+    proj_tmp, ann_tmp = index_dir / f"{stem}.proj.tmp", index_dir / f"{stem}.ann.tmp"
+    with _private_open(proj_tmp) as f:
+        f.write(mean.tobytes() + basis.tobytes())
         f.flush()
         os.fsync(f.fileno())
+    _private_open(ann_tmp).close()          # created 0600 here: Annoy's open keeps the mode of a file that exists
+    index = AnnoyIndex(projected, "dot")
+    index.set_seed(count)
+    index.on_disk_build(str(ann_tmp))       # nodes grow in the file, not in memory
+    for start in range(0, count, chunk):
+        for i, item in enumerate((np.asarray(vectors[start:start + chunk]) - mean) @ basis, start):
+            index.add_item(i, item)
     trees = vector_index.trees_for(count)
     index.build(trees, n_jobs=vector_index.BUILD_THREADS)
     index.unload()
     del index
     _fsync(ann_tmp)
-    size = os.path.getsize(ann_tmp)
-    record = Record(model_id, stem, "annoy", count, trees, dim, size, 0, count,
-                    digest=digest(ann_tmp, size), ids_digest=digest(ids_tmp, 8 * count))
-    os.replace(ids_tmp, index_dir / f"{stem}.ids")
-    os.replace(ann_tmp, index_dir / f"{stem}.ann")
-    return record
+    ann_bytes = os.path.getsize(ann_tmp)
+    record.kind, record.trees, record.projected, record.ann_bytes = "annoy-pca", trees, projected, ann_bytes
+    record.ann_digest = digest(ann_tmp, ann_bytes)
+    record.proj_digest = digest(proj_tmp, vector_index.projection_bytes(dim, projected))
 
 
 def _private_open(path: Path, append: bool = False):
@@ -177,7 +193,7 @@ def sync(store, model_id: str, dim: int, similarity: str) -> Synced:
         new = Record(**{**record.__dict__, "add": record.add + appended, "live": live, "max_id": max_id,
                         "synced_at": synced_at, "generation": generation})
         new.add_digest = digest(new.add_path(index_dir), new.add_bytes())
-        if new.kind == "exact" and kind_for(live, similarity) == "annoy":   # (an Annoy build that shrinks stays)
+        if new.kind == "exact" and kind_for(live, similarity) != "exact":   # (an Annoy build that shrinks stays)
             reason = f"{live} photos are past exact search ({vector_index.EXACT_MAX})"
         elif new.add > vector_index.REBUILD_FRACTION * new.count:
             reason = f"{new.add} photos were added or changed since the last build of {new.count}"

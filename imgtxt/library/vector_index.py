@@ -1,13 +1,13 @@
 """Nearest-neighbour search over the photos' vectors, kept in step with SQLite without rewriting what did not change.
 
 SQLite holds every vector (float16, the source of truth); vector_build.py keeps a float32 copy laid out for
-search, and this module reads it. A build writes one of two layouts:
+search, and this module reads it. A build writes:
 
-  up to EXACT_MAX photos (or a model not scored by a dot product), every vector is scored:
-  vectors-<model>-<gen>.vec   ids int64 (N) | vectors float32 (N, D)
-  above, an Annoy index (metric "dot") finds the candidates:
-  vectors-<model>-<gen>.ann   Annoy's file: item i is row i, then trees_for(count) trees
-  vectors-<model>-<gen>.ids   ids int64 (N): the photo id of each Annoy item
+  vectors-<model>-<gen>.vec   ids int64 (N) | vectors float32 (N, D): every build; up to EXACT_MAX photos (or a
+                              model not scored by a dot product) every vector is scored
+  above EXACT_MAX, an Annoy index over a PCA projection of the vectors finds the candidates:
+  vectors-<model>-<gen>.proj  mean float32 (D) | basis float32 (D, P): item i of the .ann is (x_i - mean) @ basis
+  vectors-<model>-<gen>.ann   Annoy's file (metric "dot", P-d): item i is row i of the .vec, trees_for(N) trees
   and in both cases, rows embedded since that build, appended (Annoy cannot add to a built index):
   vectors-<model>-<gen>.add   (id int64, vector float32 (D)) each
 
@@ -19,15 +19,17 @@ digest, whole up to 16 MB, 256 sampled blocks above. Every build has a new gener
 opened the old files keeps reading them and never sees half a file.
 
 Why float32 on disk: numpy converts float16 at ~2-5 ns an element, which alone would cost a 100k search 120 ms.
-Annoy stores each item's float32 vector in place (a 16-byte node header, then D floats): `annoy_rows` maps them
-as a strided matrix, so exact scoring (a large -n) needs no second copy of the vectors on disk.
+Why a projection: Annoy's query cost is its candidates' distances, and at a million photos the recall asked
+needs ~150k of them; at the model's full width (1,409-d) that is ~80 ms, at PROJECTED_DIM a fraction of it. The
+projection only picks candidates: q . (x - mean) ranks photos as q . x does, and the PCA basis keeps most of it.
 
-Search: up to EXACT_MAX vectors every vector is scored (single-threaded). Above, Annoy collects
-search_k(want) candidates from its trees and they are rescored by the caller's score function on their stored
-vectors, so every score is exact and only the candidate set is approximate; when search_k would reach the
-library's size, every vector is scored instead. The tree counts and SEARCH_K were chosen by recall@10 against exact on
-vectors fitted to the shipped model's (bench/vector_search.py, docs/vector-index.md). The .add rows are always
-scored exactly; when they pass REBUILD_FRACTION of the build, or removed photos do, the next run rebuilds.
+Search: up to EXACT_MAX vectors every vector is scored (single-threaded). Above, Annoy collects search_k(want)
+candidates from its trees, ranks them in the projection, and the best candidates(want) of them are rescored by
+the caller's score function on their full vectors in the .vec, so every score is exact and only the candidate
+set is approximate; when search_k would reach the library's size, every vector is scored instead. The tree
+counts, SEARCH_K and PROJECTED_DIM were chosen by recall@10 against exact on vectors fitted to the shipped
+model's (bench/vector_search.py, docs/vector-index.md). The .add rows are always scored exactly; when they pass
+REBUILD_FRACTION of the build, or removed photos do, the next run rebuilds.
 Removed photos stay in the files as dead ids: the caller maps ids to paths through SQLite, which drops them,
 and asks for `dead` more candidates. A photo re-embedded in place (same id) has a newer .add row that overrides
 its old one.
@@ -45,8 +47,8 @@ import numpy as np
 from .store import vector_chunks
 
 EXACT_MAX = 50_000       # exact search up to here; Annoy above (docs/vector-index.md: the measured crossover)
-N_TREES = 10             # Annoy trees: recall@10 0.955 at 100k with SEARCH_K; 3% more disk than the vectors (docs)
-LARGE_BUILD, LARGE_N_TREES = 500_000, 50   # ... and from here: at 1M 10 trees gave 0.891, 50 trees 0.954 (docs)
+N_TREES = 10             # Annoy trees: recall@10 0.96 at 100k with SEARCH_K (docs)
+LARGE_BUILD, LARGE_N_TREES = 500_000, 50   # ... and from here: at 1M 10 trees fall short of 0.95 (docs)
 SEARCH_K = 30_000        # Annoy candidates per query for 10 results ...
 SEARCH_K_FRACTION = 0.15  # ... or this fraction of the build, if more (from 200k photos; 150k at 1M, docs)
 RESULTS_PER_SEARCH_K = 10  # search_k grows in step with the results asked for beyond this many
@@ -54,7 +56,12 @@ REBUILD_FRACTION = 0.10  # appended or dead rows beyond this fraction of the bui
 BUILD_THREADS = -1       # Annoy's build threads (-1: one per core)
 FULL_DIGEST_BYTES = 16 << 20   # files up to this size are hashed whole at each search (~10 ms); larger ones sampled
 SAMPLE_BLOCKS, SAMPLE_BYTES = 256, 4096
-KINDS = ("exact", "annoy")     # what a record's vec_kind may be; records without one are of earlier versions
+PROJECTED_DIM = 128      # Annoy's items: the vectors' first PROJECTED_DIM principal components (docs)
+PROJECTION_SAMPLE = 20_000   # rows the PCA is fitted on (a seeded sample of the build)
+CANDIDATES, CANDIDATES_PER_RESULT = 300, 30  # Annoy's best candidates rescored on the full vectors (docs)
+# what a record's vec_kind may be; records without one, or of another kind ("annoy": Annoy over the full
+# vectors), are of earlier versions
+KINDS = ("exact", "annoy-pca")
 
 
 class DamagedFile(Exception):
@@ -70,11 +77,24 @@ def exact_bytes(count: int, dim: int) -> int:
     return count * 8 + count * dim * 4
 
 
-def annoy_node_dtype(dim: int) -> np.dtype:
+def annoy_node_bytes(dim: int) -> int:
     """One node of Annoy's "dot" index (annoylib.h, DotProduct::Node): n_descendants int32, children int32 x2,
     dot_factor float32, then the item's vector; items 0..N-1 are the first N nodes."""
-    return np.dtype([("descendants", "<i4"), ("children", "<i4", (2,)), ("dot_factor", "<f4"),
-                     ("vector", "<f4", (dim,))])
+    return 16 + 4 * dim
+
+
+def projection_bytes(dim: int, projected: int) -> int:
+    """Size of a .proj file: the mean (D) and the basis (D, P), float32."""
+    return 4 * dim * (1 + projected)
+
+
+def projected_dim(dim: int) -> int:
+    return min(PROJECTED_DIM, dim)
+
+
+def candidates(want: int) -> int:
+    """Annoy's best candidates (in the projection) that are rescored on the full vectors for `want` results."""
+    return max(CANDIDATES, CANDIDATES_PER_RESULT * want)
 
 
 def add_row_dtype(dim: int) -> np.dtype:
@@ -114,22 +134,25 @@ class Record:
     """What meta says the current files are; `valid_for` checks the files on disk against it."""
     model: str = ""
     file: str = ""
-    kind: str = ""           # "exact" (.vec) or "annoy" (.ann + .ids); empty: written by an earlier version
+    kind: str = ""           # "exact" (.vec) or "annoy-pca" (.vec + .proj + .ann); else an earlier version's
     count: int = 0
     trees: int = 0
     dim: int = 0
-    bytes: int = 0           # of the .vec or .ann file
+    bytes: int = 0           # of the .vec file
     add: int = 0
     live: int = 0
     max_id: int = 0          # rows after it, or of a later generation, are not in the files yet
     synced_at: str = ""      # (and, for rows of imgtxt versions without generations, embedded at/after this)
-    digest: str = ""         # of the .vec or .ann file
-    ids_digest: str = ""     # of the .ids file (annoy)
+    digest: str = ""         # of the .vec file
     add_digest: str = ""     # of the recorded rows of the .add file
     generation: int = 0      # rows of a later write generation are not in the files yet
+    projected: int = 0       # annoy-pca: P, the .ann's dimension
+    ann_bytes: int = 0       # annoy-pca: the .ann's size and digest, and the .proj's digest
+    ann_digest: str = ""
+    proj_digest: str = ""
 
     FIELDS = ("model", "file", "kind", "count", "trees", "dim", "bytes", "add", "live", "max_id", "synced_at",
-              "digest", "ids_digest", "add_digest", "generation")
+              "digest", "add_digest", "generation", "projected", "ann_bytes", "ann_digest", "proj_digest")
 
     @classmethod
     def from_meta(cls, meta: dict) -> Record:
@@ -142,10 +165,13 @@ class Record:
         return {f"vec_{k}": getattr(self, k) for k in self.FIELDS}
 
     def main_path(self, index_dir: Path) -> Path:
-        return Path(index_dir) / f"{self.file}.{'ann' if self.kind == 'annoy' else 'vec'}"
+        return Path(index_dir) / f"{self.file}.vec"
 
-    def ids_path(self, index_dir: Path) -> Path:
-        return Path(index_dir) / f"{self.file}.ids"
+    def ann_path(self, index_dir: Path) -> Path:
+        return Path(index_dir) / f"{self.file}.ann"
+
+    def proj_path(self, index_dir: Path) -> Path:
+        return Path(index_dir) / f"{self.file}.proj"
 
     def add_path(self, index_dir: Path) -> Path:
         return Path(index_dir) / f"{self.file}.add"
@@ -154,10 +180,13 @@ class Record:
         return self.add * add_row_dtype(self.dim).itemsize
 
     def _sizes_agree(self) -> bool:
+        if self.bytes != exact_bytes(self.count, self.dim):
+            return False
         if self.kind == "exact":
-            return self.bytes == exact_bytes(self.count, self.dim)
-        node = annoy_node_dtype(self.dim).itemsize   # the items, then at least one node per tree
-        return self.trees > 0 and self.bytes % node == 0 and self.bytes >= (self.count + self.trees) * node
+            return True
+        node = annoy_node_bytes(self.projected)   # the items, then at least one node per tree
+        return (0 < self.projected <= self.dim and self.trees > 0 and self.ann_bytes % node == 0
+                and self.ann_bytes >= (self.count + self.trees) * node)
 
     def check(self, index_dir: Path, model_id: str, dim: int) -> None:
         """Raise DamagedFile unless the files are the ones the last run wrote: recorded for this model and
@@ -169,22 +198,25 @@ class Record:
             raise DamagedFile("they were written by an earlier version of imgtxt")
         if self.model != model_id or self.dim != dim:
             raise DamagedFile(f"recorded for model {self.model} ({self.dim}-d), not {model_id} ({dim}-d)")
+        annoy = self.kind == "annoy-pca"
         if self.count <= 0 or not self._sizes_agree() or not self.digest or (self.add and not self.add_digest) \
-                or (self.kind == "annoy" and not self.ids_digest):
+                or (annoy and not (self.ann_digest and self.proj_digest)):
             raise DamagedFile("its record in the database is incomplete")
-        main, add, ids = self.main_path(index_dir), self.add_path(index_dir), self.ids_path(index_dir)
+        # (path, recorded size, recorded digest) of each file; the .add file may hold an unrecorded tail
+        expected = [(self.main_path(index_dir), self.bytes, self.digest)]
+        if annoy:
+            expected += [(self.proj_path(index_dir), projection_bytes(self.dim, self.projected), self.proj_digest),
+                         (self.ann_path(index_dir), self.ann_bytes, self.ann_digest)]
         try:
-            size = os.path.getsize(main)
+            for path, size, _ in expected:
+                if os.path.getsize(path) != size:
+                    raise DamagedFile(f"{path.name} has {os.path.getsize(path)} bytes, the index run wrote {size}")
+            add = self.add_path(index_dir)
             add_size = os.path.getsize(add) if self.add else 0
-            if size != self.bytes:
-                raise DamagedFile(f"{main.name} has {size} bytes, the index run wrote {self.bytes}")
-            if self.kind == "annoy" and os.path.getsize(ids) != 8 * self.count:
-                raise DamagedFile(f"{ids.name} has {os.path.getsize(ids)} bytes, the index run wrote "
-                                  f"{8 * self.count}")
             if add_size < self.add_bytes():
                 raise DamagedFile(f"{add.name} has {add_size} bytes, the index run wrote {self.add_bytes()}")
-            if digest(main, size) != self.digest or (self.add and digest(add, self.add_bytes()) != self.add_digest) \
-                    or (self.kind == "annoy" and digest(ids, 8 * self.count) != self.ids_digest):
+            if any(digest(path, size) != recorded for path, size, recorded in expected) \
+                    or (self.add and digest(add, self.add_bytes()) != self.add_digest):
                 raise DamagedFile("their content differs from what the index run wrote")
         except OSError as e:
             raise DamagedFile(f"cannot read them ({e.strerror or e})") from None
@@ -219,28 +251,22 @@ def _top(ids: np.ndarray, scores: np.ndarray, want: int) -> tuple[np.ndarray, np
     return ids[order], scores[order]
 
 
-def annoy_rows(path: Path, count: int, dim: int) -> np.ndarray:
-    """The items' vectors inside an Annoy file, as a read-only (count, dim) float32 view (rows 16 bytes apart)."""
-    return np.memmap(path, annoy_node_dtype(dim), "r", 0, (count,))["vector"]
-
-
 class VectorIndex:
     """The mapped files of one record. `search` returns (ids, scores) best first."""
 
     def __init__(self, index_dir: Path, record: Record):
         self.record, dim, n = record, record.dim, record.count
         path = record.main_path(index_dir)
+        self.ids = np.memmap(path, "<i8", "r", 0, (n,))
+        self.vectors = np.memmap(path, "<f4", "r", n * 8, (n, dim))
         self.annoy = None
-        if record.kind == "annoy":   # (only libraries past EXACT_MAX pay for importing annoy)
+        if record.kind == "annoy-pca":   # (only libraries past EXACT_MAX pay for importing annoy)
             from annoy import AnnoyIndex
 
-            self.ids = np.memmap(record.ids_path(index_dir), "<i8", "r", 0, (n,))
-            self.vectors = annoy_rows(path, n, dim)
-            self.annoy = AnnoyIndex(dim, "dot")
-            self.annoy.load(str(path))   # maps the file; only after Record.check accepted it
-        else:
-            self.ids = np.memmap(path, "<i8", "r", 0, (n,))
-            self.vectors = np.memmap(path, "<f4", "r", n * 8, (n, dim))
+            # q . (x - mean) ranks as q . x does: the mean only matters to the items
+            self.basis = np.fromfile(record.proj_path(index_dir), "<f4", offset=4 * dim).reshape(dim, -1)
+            self.annoy = AnnoyIndex(record.projected, "dot")
+            self.annoy.load(str(record.ann_path(index_dir)))   # maps the file; only after Record.check accepted it
         self.overridden = np.zeros(0, np.int64)
         if record.add:
             rows = np.memmap(record.add_path(index_dir), add_row_dtype(dim), "r", 0, (record.add,))
@@ -269,8 +295,9 @@ class VectorIndex:
         if self.annoy is None or k >= len(self.ids):
             ids, scores = self.ids, score_fn(self.vectors)
         else:
-            rows = np.sort(np.asarray(self.annoy.get_nns_by_vector(
-                np.asarray(query, np.float32).ravel().tolist(), asked, search_k=k), np.int64))
+            projected = np.asarray(query, np.float32).ravel() @ self.basis
+            rows = np.sort(np.asarray(self.annoy.get_nns_by_vector(projected.tolist(), candidates(asked),
+                                                                   search_k=k), np.int64))
             ids, scores = self.ids[rows], score_fn(self.vectors[rows])   # rescored: every score is exact
         ids, scores = _top(np.asarray(ids), np.asarray(scores, np.float32), asked)
         if len(self.overridden):
