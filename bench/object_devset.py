@@ -12,7 +12,7 @@ over the whole gallery; its rank is that of its first right photo. R@K: the shar
 in the top K. Every `--model` gets its own index under WORK/index/MODEL_ID, kept between runs, so a rerun only
 re-checks the files and runs the queries.
 
-Only files are read from those packages, never their code: `pip install 'imgtxt[devset]'` and
+Only files are read from those packages, never their code: `pip install -e '.[devset]'` and
 `pip install --no-deps imgaug ultralytics imagecorruptions` provide them all.
 """
 from __future__ import annotations
@@ -180,8 +180,10 @@ def recall_at(ranks: list[int | None], k: int) -> float:
 def package_file(photo: Photo) -> Path:
     spec = importlib.util.find_spec(photo.package)  # locates the package without running its code
     if spec is None or not spec.submodule_search_locations:
+        from imgtxt.errors import install_hint
+
         raise DevSetError(f"{photo.name} comes from the Python package {photo.package!r}, which is not installed "
-                          "(pip install 'imgtxt[devset]'; pip install --no-deps imgaug ultralytics "
+                          f"({install_hint('devset')}; pip install --no-deps imgaug ultralytics "
                           "imagecorruptions)")
     path = Path(list(spec.submodule_search_locations)[0]) / photo.path
     if not path.is_file():

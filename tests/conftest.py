@@ -94,6 +94,21 @@ def library(tmp_path, monkeypatch, tiny_model_dir):
     return Library()
 
 
+@pytest.fixture()
+def as_wheel(monkeypatch, tmp_path):
+    """imgtxt as installed from its wheel, for the install hints (`imgtxt.errors.install_hint`): no pyproject.toml
+    beside the package, and the package metadata declaring this checkout's extras as a built wheel does."""
+    import importlib.metadata
+
+    import imgtxt.errors
+
+    tomllib = pytest.importorskip("tomllib", reason="reading pyproject.toml needs Python 3.11")
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
+    declared = [f'{req}; extra == "{extra}"' for extra, reqs in extras.items() for req in reqs]
+    monkeypatch.setattr(imgtxt.errors, "__file__", str(tmp_path / "site" / "imgtxt" / "errors.py"))
+    monkeypatch.setattr(importlib.metadata, "requires", lambda name: declared if name == "imgtxt" else None)
+
+
 def write_photo(path: Path, seed: int, size=(320, 240), fmt: str | None = None, **save_args) -> Path:
     """A distinct synthetic photo: smooth random colour blobs (JPEG compresses it like a real photo)."""
     from PIL import Image

@@ -275,6 +275,32 @@ def test_a_planted_unknown_extra_is_caught():
     assert named - declared_extras() == {"gpu2", "nosuch"}
 
 
+# imgtxt is on no package index: `pip install 'imgtxt[EXTRA]'` finds nothing. Extras are installed from a checkout
+# (`'.[EXTRA]'`), next to a wheel (`'imgtxt-0.1.0-py3-none-any.whl[EXTRA]'`), or by their packages' names, as
+# `imgtxt.errors.install_hint` words it.
+FROM_AN_INDEX = re.compile(r"pip3? install\b[^`\n]*?(?<![\w./-])['\"]?imgtxt(?:\[|['\"`](?!s\b))")
+
+
+def installs_from_an_index(text: str, where: str) -> list[str]:
+    return [f"{where}:{number}: {line.strip()}" for number, line in enumerate(text.splitlines(), 1)
+            if FROM_AN_INDEX.search(line)]
+
+
+def test_no_install_asks_a_package_index_for_imgtxt():
+    sources = [*doc_files(), *sorted((REPO / "imgtxt").rglob("*.py")), *sorted((REPO / "bench").glob("*.py"))]
+    assert [found for path in sources
+            for found in installs_from_an_index(path.read_text(encoding="utf-8"), doc_id(path))] == []
+
+
+@pytest.mark.parametrize("planted, caught", [
+    ("pip install 'imgtxt[ray]'", True), ("`pip install imgtxt[ray]` on every node", True),
+    ('raise SystemExit("pip install -e \'imgtxt[devset]\'")', True), ("run `pip install imgtxt` first", True),
+    ("pip install '.[ray]'", False), ("pip install 'imgtxt-0.1.0-py3-none-any.whl[serve]'", False),
+    ("pip install dist/imgtxt-0.1.0-py3-none-any.whl", False), ("pip install 'ray>=2.9'", False)])
+def test_a_planted_install_from_an_index_is_caught(planted, caught):
+    assert bool(installs_from_an_index(planted, "planted")) == caught
+
+
 def readme_test_command() -> str:
     for match in FENCE.finditer(README.read_text(encoding="utf-8")):
         if match.group(1) in SHELL_LANGUAGES:

@@ -80,8 +80,19 @@ def test_no_cuda_provider_means_the_cpu_runtime_of_choice(graph):
     extractor = open_extractor(graph, 2, None, "fp32")
     assert extractor.device == "cpu"
     assert extractor.backend == cnn_runtime.available_backends()[0]   # OpenVINO where installed, as before
-    with pytest.raises(GraphError, match=r"pip install '\.\[gpu\]'"):
+    with pytest.raises(GraphError) as refused:
         open_extractor(graph, 2, None, "fp32", device="gpu")
+    assert str(refused.value) == ("IMGTXT_DEVICE=gpu but ONNX Runtime has no CUDA provider: install the gpu extra in "
+                                  "place of onnxruntime: pip uninstall onnxruntime; pip install '.[gpu]' in the imgtxt "
+                                  "checkout")
+
+
+def test_no_cuda_provider_from_a_wheel_names_the_package(graph, as_wheel):
+    """From a wheel the hint names onnxruntime-gpu itself: `imgtxt[gpu]` would not resolve (no package index has
+    imgtxt)."""
+    with pytest.raises(GraphError) as refused:
+        open_extractor(graph, 2, None, "fp32", device="gpu")
+    assert str(refused.value).endswith("pip uninstall onnxruntime; pip install 'onnxruntime-gpu>=1.17'")
 
 
 def test_device_cpu_never_tries_the_gpu(graph, cuda_offered, monkeypatch):

@@ -60,3 +60,4 @@ def test_a_missing_package_is_named_in_one_line():
     with pytest.raises(devset.DevSetError, match=r"'no_such_package_here', which is not installed") as error:
         devset.package_file(photo)
     assert "\n" not in str(error.value)
+    assert "pip install '.[devset]' in the imgtxt checkout" in str(error.value)   # imgtxt is on no index

@@ -134,6 +134,21 @@ def test_install_hint_of_a_wheel_names_the_extras_packages(monkeypatch, tmp_path
     assert imgtxt.errors.install_hint("train") == "pip install 'torch<=2.14.1,>=2.2' 'onnx>=1.15'"
 
 
+@pytest.mark.parametrize("installed, hint", [("checkout", "pip install '.[ray]' in the imgtxt checkout"),
+                                             ("wheel", "pip install 'ray>=2.9'")])
+def test_ray_without_the_ray_package_says_what_to_install(monkeypatch, request, installed, hint):
+    import sys
+
+    from imgtxt.library import ray_index
+
+    monkeypatch.setitem(sys.modules, "ray", None)   # import ray raises ImportError
+    if installed == "wheel":
+        request.getfixturevalue("as_wheel")
+    with pytest.raises(ray_index.ClusterError) as refused:
+        ray_index.embed_on_ray(None, [], "local")
+    assert str(refused.value) == f"--ray needs the ray package: {hint}"
+
+
 def test_indexing_without_a_graph_or_torch_says_what_to_do(library, model_copy, tmp_path, monkeypatch):
     import imgtxt.errors
     import imgtxt.model.cnn_runtime

@@ -12,7 +12,6 @@ from PIL import Image
 
 from imgtxt.library.photo_work import Work, decode
 from imgtxt.model.images import ImageError, load_rgb
-from imgtxt.model.previews import RAW_HINT
 
 SIZE = 224   # the CNN's input side
 
@@ -125,26 +124,35 @@ def without_rawpy(monkeypatch):
     monkeypatch.setattr("imgtxt.library.scan.raw_available", lambda: False)
 
 
-def test_raw_without_the_extra_is_skipped_with_the_install_hint(tmp_path, without_rawpy, library):
+# the install that adds rawpy, worded for a checkout and for an installed wheel (imgtxt is on no package index)
+RAW_HINTS = {"checkout": "camera RAW photo (needs rawpy: pip install '.[raw]' in the imgtxt checkout)",
+             "wheel": "camera RAW photo (needs rawpy: pip install 'rawpy>=0.19')"}
+
+
+@pytest.mark.parametrize("installed", ["checkout", "wheel"])
+def test_raw_without_the_extra_is_skipped_with_the_install_hint(tmp_path, without_rawpy, library, installed, request):
     from conftest import write_photo
 
+    if installed == "wheel":
+        request.getfixturevalue("as_wheel")
+    hint = RAW_HINTS[installed]
     folder = tmp_path / "photos"
     write_photo(folder / "a.jpg", 1)
     write_dng(folder / "b.dng", picture((640, 480)))
     (folder / "c.CR2").write_bytes(b"raw")
-    with pytest.raises(ImageError, match=r"pip install '\.\[raw\]'"):
+    with pytest.raises(ImageError) as refused:
         load_rgb(folder / "b.dng", SIZE)
+    assert str(refused.value) == hint
     out = json.loads(library.run("index", folder, "--json", "-q").stdout)
     assert out["added"] == 1
     assert out["device"].startswith("the CPU (")   # where the CNN ran (no GPU here)
-    assert {f["path"].rsplit("/", 1)[1]: f["reason"] for f in out["skipped_files"]} == {"b.dng": RAW_HINT,
-                                                                                       "c.CR2": RAW_HINT}
+    assert {f["path"].rsplit("/", 1)[1]: f["reason"] for f in out["skipped_files"]} == {"b.dng": hint, "c.CR2": hint}
     # a folder holding only RAW files lists them too, instead of "no photos"
     only_raw = tmp_path / "raw-only"
     only_raw.mkdir()
     write_dng(only_raw / "d.dng", picture((640, 480)))
     out = json.loads(library.run("index", only_raw, "--json", "-q").stdout)
-    assert [f["reason"] for f in out["skipped_files"]] == [RAW_HINT]
+    assert [f["reason"] for f in out["skipped_files"]] == [hint]
 
 
 def test_index_with_previews_stores_the_previews_vector(tmp_path, library):

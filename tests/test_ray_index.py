@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from conftest import write_photo
 
-ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'imgtxt[ray]'; the test extra has it)")
+ray = pytest.importorskip("ray", reason="ray is not installed (pip install '.[ray]'; the test extra has it)")
 
 
 @pytest.fixture(scope="module")

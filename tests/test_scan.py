@@ -148,12 +148,11 @@ def test_heif_without_pillow_heif_is_listed_as_skipped_with_the_install(tmp_path
 
 def test_camera_raw_is_found_with_the_raw_extra_and_a_problem_without(tmp_path, monkeypatch):
     from imgtxt.library import scan as scan_module
-    from imgtxt.model.previews import RAW_HINT
-
+    hint = "camera RAW photo (needs rawpy: pip install '.[raw]' in the imgtxt checkout)"
     for name in ["a.CR2", "b.nef", "c.dng"]:
         touch(tmp_path / name)
     monkeypatch.setattr(scan_module, "raw_available", lambda: True)
     assert results([tmp_path]) == ({"a.CR2", "b.nef", "c.dng"}, {})
     monkeypatch.setattr(scan_module, "raw_available", lambda: False)
-    assert results([tmp_path]) == (set(), {"a.CR2": RAW_HINT, "b.nef": RAW_HINT, "c.dng": RAW_HINT})
-    assert results([tmp_path / "c.dng"]) == (set(), {".": RAW_HINT})   # a single file given as a root
+    assert results([tmp_path]) == (set(), {"a.CR2": hint, "b.nef": hint, "c.dng": hint})
+    assert results([tmp_path / "c.dng"]) == (set(), {".": hint})   # a single file given as a root

@@ -24,7 +24,7 @@ import numpy as np
 
 from imgtxt.model.cnn_runtime import one_blas_thread
 from imgtxt.model.images import ImageError, in_order, register_heif
-from imgtxt.model.previews import RAW_HINT
+from imgtxt.model.previews import raw_hint
 from imgtxt.safe_text import printable
 
 from . import reach, vector_build
@@ -219,7 +219,8 @@ class IndexRun:
         skipped = self.store.skipped_rows()
         self.rows, self.old_skips = rows, skipped
         offline = self.offline_roots(found, problems, rows)
-        waiting_for_extra = any(p.reason == RAW_HINT for p in problems)   # listed as skipped, with the hint
+        raw_skip = raw_hint() if problems else None
+        waiting_for_extra = any(p.reason == raw_skip for p in problems)   # listed as skipped, with the hint
         if not found and not waiting_for_extra and not any(is_under(k, self.root_keys) for k in rows):
             from .scan import photo_suffixes
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from imgtxt.errors import ImgtxtError
+from imgtxt.errors import ImgtxtError, install_hint
 
 from .store import NO_VECTOR, encode_vector, usable_vector
 
@@ -137,7 +137,7 @@ def embed_on_ray(run, to_embed: list, address: str, cpus_per_worker: int = 1, in
     try:
         ray = connect(address)
     except ImportError:
-        raise ClusterError("--ray needs the ray package: pip install 'imgtxt[ray]'") from None
+        raise ClusterError(f"--ray needs the ray package: {install_hint('ray')}") from None
     except ClusterError:
         raise
     except Exception as e:  # noqa: BLE001 (ray.init raises ConnectionError, ValueError, RuntimeError, ...)

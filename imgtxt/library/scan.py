@@ -18,7 +18,7 @@ from fnmatch import fnmatch
 from typing import Iterable, Iterator
 
 from imgtxt.model.images import HEIF_SUFFIXES, PHOTO_SUFFIXES, heif_available
-from imgtxt.model.previews import RAW_HINT, RAW_SUFFIXES, raw_available
+from imgtxt.model.previews import RAW_SUFFIXES, raw_available, raw_hint
 
 SKIP_DIR_NAMES = {"@eaDir", ".git", "node_modules", "System Volume Information", "$RECYCLE.BIN", "__MACOSX"}
 
@@ -46,7 +46,7 @@ def suffixes_needing_extras() -> dict[str, str]:
     without pillow-heif, camera RAW without rawpy): such photos are listed as skipped, never silently dropped."""
     from imgtxt.errors import install_hint
 
-    needs = {} if raw_available() else dict.fromkeys(RAW_SUFFIXES, RAW_HINT)
+    needs = {} if raw_available() else dict.fromkeys(RAW_SUFFIXES, raw_hint())
     if not heif_available():
         needs.update(dict.fromkeys(HEIF_SUFFIXES, f"HEIC/HEIF photo (needs pillow-heif: {install_hint('heif')})"))
     return needs

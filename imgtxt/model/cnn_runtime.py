@@ -21,12 +21,11 @@ from pathlib import Path
 
 import numpy as np
 
-from imgtxt.errors import ModelError
+from imgtxt.errors import ModelError, install_hint
 
 RUNTIME_ENV = "IMGTXT_CNN_RUNTIME"
 DEVICE_ENV = "IMGTXT_DEVICE"
 CUDA = "CUDAExecutionProvider"
-GPU_HINT = "install the gpu extra in place of onnxruntime: pip uninstall onnxruntime; pip install '.[gpu]'"
 
 
 class GraphError(ModelError):
@@ -208,7 +207,8 @@ def open_extractor(path: Path, threads: int | None, backend: str | None, precisi
         if notice:
             notice("imgtxt: ONNX Runtime offers CUDA but could not start it (no GPU or driver?): the CNN runs on the CPU")
     elif device == "gpu":
-        raise GraphError(f"{DEVICE_ENV}=gpu but ONNX Runtime has no CUDA provider: {GPU_HINT}")
+        raise GraphError(f"{DEVICE_ENV}=gpu but ONNX Runtime has no CUDA provider: install the gpu extra in place of "
+                         f"onnxruntime: pip uninstall onnxruntime; {install_hint('gpu')}")
     return OnnxFeatureExtractor(path, threads, backend, precision)
 
 

@@ -13,10 +13,9 @@ import io
 
 from PIL import ExifTags, Image
 
-from imgtxt.errors import ImgtxtError
+from imgtxt.errors import ImgtxtError, install_hint
 
 RAW_SUFFIXES = {".dng", ".cr2", ".cr3", ".nef", ".arw", ".raf", ".orf", ".rw2"}
-RAW_HINT = "camera RAW needs the raw extra: pip install '.[raw]' (rawpy)"
 PREVIEW_MIN_SIDE = 256   # never a preview under this short side, whatever the CNN's input size
 
 # MPF image types that are the same picture at a smaller size (CIPA DC-007 5.2.3.3.1). Others in the wild:
@@ -33,6 +32,12 @@ TRANSPOSE = {2: Image.Transpose.FLIP_LEFT_RIGHT, 3: Image.Transpose.ROTATE_180, 
 
 class RawError(ImgtxtError):
     """A camera RAW file that cannot be used: no reader installed, or no preview LibRaw can extract."""
+
+
+def raw_hint() -> str:
+    """The skip reason of a camera RAW file without rawpy: the install that adds it, worded for this install (a
+    checkout or a wheel), as every other install hint is."""
+    return f"camera RAW photo (needs rawpy: {install_hint('raw')})"
 
 
 def raw_available() -> bool:
@@ -123,7 +128,7 @@ def raw_preview(file) -> tuple[Image.Image, int, tuple[int, int]]:
     try:
         import rawpy
     except ImportError:
-        raise RawError(RAW_HINT) from None
+        raise RawError(raw_hint()) from None
     try:
         with rawpy.imread(file) as raw:
             thumb = raw.extract_thumb()
