@@ -301,7 +301,8 @@ def serve(index_dir, model, port, host, allow_host):
     library.status()  # no index: say so before listening
 
     def prepare(done):
-        """The caption bank, embedded once per model while the server already answers."""
+        """The caption bank's vectors (read from the model, or embedded once for one that ships none), made ready
+        while the server already answers."""
         announced = []
 
         def announce(count):

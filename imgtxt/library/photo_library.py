@@ -238,7 +238,8 @@ class Library:
                 on_compute=None, progress=None) -> list[CaptionMatch]:
         """The captions that best describe a photo (default: the model's caption bank).
 
-        The bank's vectors are computed once per model and cached: `on_compute(count)` is called before that,
+        The bank's vectors are read from the model when it ships them (the default model does), else computed
+        once per model and cached: `on_compute(count)` is called before that,
         `progress(done, total)` during it."""
         from .query import caption, check_photo, photo_vector, rate
 
@@ -257,7 +258,8 @@ class Library:
 
     @_database_errors
     def prepare_captions(self, on_compute=None, progress=None) -> None:
-        """Embed the model's caption bank now (once per model, then cached), so the first caption is quick."""
+        """Have the model's caption bank's vectors ready now (read from the model, or embedded once per model and
+        cached when it ships none), so the first caption is quick."""
         from .query import bank_vectors
 
         index = self._open(required=False)

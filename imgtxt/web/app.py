@@ -7,8 +7,9 @@ traverse. Bound to 127.0.0.1 unless --host says otherwise.
 
 It answers only requests whose Host header names this machine as the user does (localhost, 127.0.0.1, [::1],
 the bound address, --allow-host names): a web page cannot read it through DNS rebinding. Every response
-forbids framing and content sniffing (SECURITY_HEADERS). It listens before anything slow: the caption bank
-is embedded in the background, and photo pages show captions once it is ready.
+forbids framing and content sniffing (SECURITY_HEADERS). It listens before anything slow: the caption bank's
+vectors are read (or, for a model that ships none, embedded) in the background, and photo pages show captions
+once they are ready.
 """
 from __future__ import annotations
 
@@ -97,7 +98,7 @@ async def _plain(send, status: int, text: str) -> None:
 
 
 def create_app(library, hosts: frozenset[str] = frozenset(LOCAL_HOSTS), captions_ready: threading.Event | None = None):
-    """The ASGI app. captions_ready: set once the caption bank is embedded; until then photo pages show no
+    """The ASGI app. captions_ready: set once the caption bank is ready; until then photo pages show no
     captions and reload themselves (None: captions are computed on demand)."""
     check_installed()
     from starlette.applications import Starlette
@@ -228,7 +229,7 @@ def listen(host: str, port: int) -> socket.socket:
 
 def run(library, host: str = "127.0.0.1", port: int = 8000, allow_hosts=(), prepare=None, say=None) -> None:
     """Listen on host:port, say where, then serve until Ctrl-C. `prepare(done)`: the slow start-up work
-    (embedding the caption bank), run in the background once listening; it calls done() when finished."""
+    (the caption bank's vectors), run in the background once listening; it calls done() when finished."""
     check_installed()
     import uvicorn
 
