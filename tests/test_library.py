@@ -5,6 +5,7 @@ import contextlib
 import io
 import re
 import shutil
+import sys
 
 import pytest
 from conftest import REPO, copy_examples, write_photo
@@ -110,6 +111,42 @@ def test_ctrl_c_keeps_committed_photos_searchable(tmp_path, tiny_model_dir, monk
     monkeypatch.setattr(TrainedModel, "embed_images", real)
     summary = lib.index([tmp_path / "p"])
     assert (summary.unchanged, summary.added, summary.indexed) == (6, 4, 10)
+
+
+def test_ctrl_c_closes_the_progress_bar_before_the_message(tmp_path, tiny_model_dir, monkeypatch, capsys):
+    """The index bar is closed when Ctrl-C stops the run: a bar left open is drawn again when it is garbage
+    collected (at exit, below the CLI's `interrupted: ...` line), which reads as if the run went on."""
+    import gc
+
+    from tqdm import tqdm
+
+    from imgtxt.model.modelfile import TrainedModel
+
+    monkeypatch.setenv("IMGTXT_CACHE_DIR", str(tmp_path / "cache"))
+    for i in range(10):
+        write_photo(tmp_path / "p" / f"{i:02}.jpg", seed=i)
+    batches = []
+    real = TrainedModel.embed_images
+
+    def embed_then_interrupt(self, squares):
+        if len(batches) == 2:
+            raise KeyboardInterrupt
+        batches.append(len(squares))
+        return real(self, squares)
+
+    monkeypatch.setattr(TrainedModel, "embed_images", embed_then_interrupt)
+    lib = Library(tmp_path / "index", model=tiny_model_dir)
+    try:
+        lib.index([tmp_path / "p"], batch_size=3, progress=True)
+    except imgtxt.Interrupted as stopped:   # the traceback keeps the run's frames, and its bar, alive here
+        assert [bar for bar in getattr(tqdm, "_instances", ()) if bar.total == 10] == []
+        print(f"imgtxt: {stopped}", file=sys.stderr)   # what the CLI prints next
+    else:
+        pytest.fail("the run was not interrupted")
+    gc.collect()
+    err = capsys.readouterr().err
+    assert "photo" in err.split("imgtxt: interrupted")[0]   # the bar was drawn, before the message
+    assert err.rstrip("\n").endswith("run `imgtxt index` again to continue"), err[-300:]
 
 
 def test_errors_share_one_base():
