@@ -315,6 +315,24 @@ def test_ci_runs_readmes_test_command():
     assert readme_test_command() in ci.splitlines()
 
 
+def said_to_be_what_ci_runs(text: str) -> list[str]:
+    """The commands a doc says are what `.ci/run` does, without their `.venv/bin/` and comment."""
+    return [line.split("#")[0].strip().replace(".venv/bin/", "") for line in text.splitlines()
+            if "what .ci/run does" in line and "#" in line]
+
+
+def test_what_the_docs_call_cis_test_command_is_it():
+    claims = [(doc_id(path), claim) for path in doc_files()
+              for claim in said_to_be_what_ci_runs(path.read_text(encoding="utf-8"))]
+    assert ("docs/development.md", "pytest -q -n auto") in claims
+    assert [(where, claim) for where, claim in claims if not readme_test_command().endswith(claim)] == []
+
+
+def test_a_wrong_claim_about_cis_test_command_is_caught():
+    claim = said_to_be_what_ci_runs(".venv/bin/pytest -q       # everything (what .ci/run does)")
+    assert claim == ["pytest -q"] and not readme_test_command().endswith(claim[0])
+
+
 def test_readme_is_for_a_user_and_short():
     lines = README.read_text(encoding="utf-8").splitlines()
     assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines; move details into docs/"
