@@ -122,3 +122,16 @@ def test_an_unreachable_ray_cluster_is_one_line_in_seconds(library, tmp_path):
     result = library.run("index", tmp_path / "p", "--ray", "127.0.0.1:1", ok=False)
     assert time.monotonic() - start < 30
     assert result.exit_code == 1 and one_line(result.stderr) and "cannot reach Ray" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("address", ["[::1", "host[1]:10001", "a" * 64 + ".example:10001", "ray://" + "b" * 64 + ":10001",
+                                     "a..b:10001"])
+def test_a_malformed_ray_address_is_one_line(library, tmp_path, address):
+    """urlsplit refuses an unclosed "[" and the resolver a host label over 63 characters: both one line."""
+    write_photo(tmp_path / "p" / "a.jpg", seed=1)
+    result = library.run("index", tmp_path / "p", "--ray", address, ok=False)
+    assert result.exit_code == 1 and one_line(result.stderr) and "--ray" in result.stderr, result.stderr
+    with pytest.raises(ImgtxtError, match="--ray") as caught:
+        Library(library.index, library.model).index(tmp_path / "p", ray_address=address)
+    assert one_line(str(caught.value))
+    assert not (library.index / "index.db").exists() or photo_count(library.index) == 0

@@ -106,13 +106,17 @@ def probe(address: str) -> None:
 
     if address in (LOCAL, "auto"):
         return
-    target = urlsplit(address if "://" in address else f"tcp://{address}")
-    try:
+    try:   # a stray "[" is an unclosed IPv6 literal to urlsplit; a port out of range is a ValueError too
+        target = urlsplit(address if "://" in address else f"tcp://{address}")
         host, port = target.hostname, target.port
     except ValueError:
         host = port = None
     if not host or port is None:
         raise ClusterError(f"--ray {address!r}: expected host:port, ray://host:port, auto or local")
+    try:   # the resolver encodes the name as IDNA: a label over 63 characters is a UnicodeError there
+        host.encode("idna")
+    except UnicodeError:
+        raise ClusterError(f"--ray {address!r}: {host!r} is not a host name") from None
     try:
         socket.create_connection((host, port), timeout=PROBE_TIMEOUT_S).close()
     except OSError as e:
