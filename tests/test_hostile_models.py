@@ -1,6 +1,6 @@
 """Hostile model folders: every one is refused with one ModelError line when the model loads (or, for the files a
 query alone reads, at the first query), never a traceback from json, numpy or the tokenizer; weights changed under
-an unchanged model.json are refused."""
+an unchanged model.json are refused; the text encoders' vocabularies are read with a bound and checked."""
 from __future__ import annotations
 
 import hashlib
@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 
+import numpy as np
 import pytest
 
 from imgtxt.model.modelfile import ModelError, TrainedModel
@@ -136,3 +137,71 @@ def test_a_latin_1_caption_bank_is_one_line(tiny_model_dir, tmp_path, library):
     photo = write_photo(tmp_path / "a.jpg", seed=1)
     result = library.run("caption", photo, "--model", folder, ok=False)
     assert result.exit_code == 1 and one_line(result.stderr) and "UTF-8" in result.stderr, result.stderr
+
+
+def thesis_model(folder, kind: str, facts: dict):
+    """A small SSE or bag-of-words model folder (random weights): the kinds whose vocabularies are their own files."""
+    from tiny_model import CAPTIONS
+
+    from imgtxt.model.fne import FeatureStats
+    from imgtxt.model.modelfile import save_model
+    from imgtxt.model.text_encoders import prepare
+
+    setup = prepare(kind, CAPTIONS, {"word_dim": 6, "kernels": 8, "window": 3, "top": False, "hidden": 0})
+    rng, raw, rows = np.random.default_rng(0), facts["raw_dim"], setup.config.get("vocab_size")
+    if kind == "sse":
+        weights = {"sse.word_embedding": rng.normal(size=(rows, 6)), "sse.conv.weight": rng.normal(size=(8, 6, 3)),
+                   "sse.conv.bias": np.zeros(8)}
+    else:
+        idf = setup.init_tensors["bow.idf"]
+        weights = {"bow.idf": idf, "bow.in.weight": rng.normal(size=(len(idf), 8)), "bow.in.bias": np.zeros(8)}
+    weights["image_projection"] = rng.normal(size=(8, raw))
+    config = {"name": kind, "text": setup.config,
+              "joint": {"image_dim": raw, "embed_dim": 8, "similarity": "cosine", "use_abs": False, "image_dropout": 0},
+              "features": json.loads((folder.parent / "model.json").read_text())["features"]}
+    stats = FeatureStats(np.zeros(raw, np.float32), np.ones(raw, np.float32))
+    save_model(folder, weights, None, config, stats, CAPTIONS, files=setup.files)
+    return folder
+
+
+VOCABULARY_FILES = {"gru": "vocab.json", "sse": "sse_vocab.json", "bow": "bow_terms.json"}
+MANY = [f"w{i}" for i in range(5000)]   # more words than any of the tables holds
+TOO_MANY = {"gru": {"words": ["<pad>", "<unk>", *MANY]}, "sse": MANY, "bow": {"kind": "uni", "weighting": "binary",
+                                                                             "terms": MANY}}
+
+
+HOSTILE_VOCABULARIES = {
+    "number": b'{"words": 5}',
+    "list-of-numbers": b"[1, 2]",
+    "object-in-list": b'["<pad>", "<unk>", {}]',
+    "object-word": b'{"words": ["<pad>", "<unk>", {}], "terms": ["x", {}], "kind": "uni", "weighting": "binary"}',
+    "deep": b'{"words": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+    "latin-1": '["caf\xe9"]'.encode("latin-1"),
+    "huge": None, "fifo": None, "too-many": None,
+}
+
+
+@pytest.mark.parametrize("kind", ["gru", "sse", "bow"])
+@pytest.mark.parametrize("name", HOSTILE_VOCABULARIES)
+def test_a_hostile_vocabulary_is_one_line(tiny_model_dir, facts, tmp_path, kind, name):
+    """vocab.json (GRU, RCN), sse_vocab.json and bow_terms.json: wrong types, nesting, size, a FIFO, more words
+    than the embedding table: one ModelError line when the model loads, never a TypeError or a hang."""
+    if kind == "gru":
+        folder = model_copy(tiny_model_dir, tmp_path / "m")
+    else:
+        shutil.copy2(tiny_model_dir / "model.json", tmp_path / "model.json")   # the real feature settings
+        folder = thesis_model(tmp_path / "m", kind, facts)
+    path = folder / VOCABULARY_FILES[kind]
+    path.unlink()
+    if name == "huge":
+        with open(path, "wb") as f:
+            f.truncate(65 << 20)                       # sparse: no disk used
+    elif name == "fifo":
+        os.mkfifo(path)
+    elif name == "too-many":
+        path.write_text(json.dumps(TOO_MANY[kind]))
+    else:
+        path.write_bytes(HOSTILE_VOCABULARIES[name])
+    message = refused(folder, VOCABULARY_FILES[kind].replace(".", "[.]"))
+    assert {"huge": "over 64 MB", "fifo": "not a regular file", "deep": "nested too deeply",
+            "latin-1": "not UTF-8"}.get(name, "") in message

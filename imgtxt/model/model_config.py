@@ -14,6 +14,7 @@ from imgtxt.errors import ModelError
 
 from . import concepts, text_encoders
 from .fne import CROPS
+from .json_file import read_json
 
 # backbones.BACKBONES, repeated so that loading a model never imports torch (a test keeps them equal)
 BACKBONE_NAMES = ("efficientnet_lite0", "efficientnet_lite1", "efficientnet_lite2", "vgg16", "resnet50", "resnet152")
@@ -105,24 +106,8 @@ MAX_CONFIG_BYTES = 1 << 20   # model.json is a few KB
 def read_config(folder: Path) -> dict:
     """model.json parsed, or one ModelError line: missing, too large, not UTF-8, not JSON, a number of thousands
     of digits (Python's int limit), nesting past the recursion limit."""
-    path = folder / "model.json"
-    try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_CONFIG_BYTES + 1)
-    except FileNotFoundError:
-        raise ModelError(f"{folder}: no model.json (not an imgtxt model folder)") from None
-    except OSError as e:
-        raise ModelError(f"{path}: unreadable ({e.strerror or e})") from None
-    if len(data) > MAX_CONFIG_BYTES:
-        raise ModelError(f"{path}: over {MAX_CONFIG_BYTES >> 20} MB, not a model description")
-    try:
-        return json.loads(data.decode("utf-8"))
-    except UnicodeDecodeError as e:
-        raise ModelError(f"{path}: not UTF-8 text (byte {e.start})") from None
-    except RecursionError:
-        raise ModelError(f"{path}: nested too deeply to be a model description") from None
-    except ValueError as e:   # JSONDecodeError, and the digit limit of int()
-        raise ModelError(f"{path}: not valid JSON ({str(e).splitlines()[0][:200]})") from None
+    return read_json(folder / "model.json", MAX_CONFIG_BYTES, "a model description",
+                     missing=f"{folder}: no model.json (not an imgtxt model folder)")
 
 
 def check_shapes(tensors, config: dict, path: Path) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Iterable
 
 PAD, UNK = "<pad>", "<unk>"
+MAX_VOCAB_BYTES = 64 << 20   # a vocabulary of a million words is about 15 MB
 
 
 @lru_cache(maxsize=1)
@@ -86,7 +87,14 @@ class Vocabulary:
 
     @classmethod
     def load(cls, path: Path | str) -> "Vocabulary":
-        words = json.loads(Path(path).read_text(encoding="utf-8"))["words"]
+        """vocab.json read with a bound (a ModelError line), then checked: {"words": [str, ...]} starting with
+        <pad>, <unk> (a ValueError line otherwise)."""
+        from .json_file import read_json
+
+        doc = read_json(Path(path), MAX_VOCAB_BYTES, "a vocabulary")
+        words = doc.get("words") if isinstance(doc, dict) else None
+        if not isinstance(words, list) or not all(isinstance(w, str) for w in words):
+            raise ValueError(f"{path}: not an imgtxt vocabulary (must be {{\"words\": [strings]}})")
         if words[:2] != [PAD, UNK]:
             raise ValueError(f"{path}: not an imgtxt vocabulary (must start with {PAD}, {UNK})")
         return cls(words[2:])

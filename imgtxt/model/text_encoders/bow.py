@@ -77,9 +77,13 @@ class Vectorizer:
         return json.dumps({"kind": self.kind, "weighting": self.weighting, "terms": self.terms}).encode("utf-8")
 
     @classmethod
-    def from_json(cls, data: bytes | str, idf: np.ndarray) -> "Vectorizer":
-        doc = json.loads(data)
-        return cls(doc["kind"], doc["weighting"], doc["terms"], idf)
+    def from_doc(cls, doc, idf: np.ndarray, where: str = "bow_terms.json") -> "Vectorizer":
+        """A parsed bow_terms.json checked: {"kind", "weighting": str, "terms": [str, ...]}, else a ValueError."""
+        terms = doc.get("terms") if isinstance(doc, dict) else None
+        if not (isinstance(terms, list) and all(isinstance(t, str) for t in terms)
+                and isinstance(doc.get("kind"), str) and isinstance(doc.get("weighting"), str)):
+            raise ValueError(f"{where}: not a bag-of-words vocabulary (kind, weighting and a list of terms)")
+        return cls(doc["kind"], doc["weighting"], terms, idf)
 
 
 def token_weights(tokens: np.ndarray, lengths: np.ndarray, idf: np.ndarray, weighting: str) -> np.ndarray:
@@ -118,9 +122,17 @@ def _pad(token_lists: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
 
 class Runtime:
     def __init__(self, text_config: dict, tensors, folder: Path):
+        from imgtxt.model.json_file import read_json
+        from imgtxt.model.vocab import MAX_VOCAB_BYTES
+
         self.config = text_config
         self.w = {n: np.asarray(tensors[n], dtype=np.float32) for n in TENSOR_NAMES(text_config)}
-        self.vectorizer = Vectorizer.from_json((folder / "bow_terms.json").read_bytes(), self.w["bow.idf"])
+        path = folder / "bow_terms.json"
+        doc = read_json(path, MAX_VOCAB_BYTES, "a vocabulary")
+        self.vectorizer = Vectorizer.from_doc(doc, self.w["bow.idf"], str(path))
+        rows = min(self.w["bow.idf"].shape[0], self.w["bow.in.weight"].shape[0])
+        if len(self.vectorizer.terms) + 2 > rows:   # an id past the tables: an IndexError at the first query
+            raise ValueError(f"bow_terms.json has {len(self.vectorizer.terms)} terms, the model {rows - 2}")
 
     def tokenize(self, text: str) -> list[int]:
         return self.vectorizer.ids(text)

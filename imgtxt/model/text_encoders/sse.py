@@ -34,6 +34,17 @@ class WordIds:
         return [self.index.get(w, 1) for w in words(text)] or [1]
 
 
+def read_vocab(path: Path) -> list[str]:
+    """sse_vocab.json read with a bound (a ModelError line), then checked: a list of words (a ValueError line)."""
+    from imgtxt.model.json_file import read_json
+    from imgtxt.model.vocab import MAX_VOCAB_BYTES
+
+    vocab = read_json(path, MAX_VOCAB_BYTES, "a vocabulary")
+    if not isinstance(vocab, list) or not all(isinstance(w, str) for w in vocab):
+        raise ValueError(f"{path}: not an SSE vocabulary (must be a list of words)")
+    return vocab
+
+
 def prepare(train_captions: list[str], options: dict) -> TextSetup:
     counts = Counter(w for c in train_captions for w in words(c))
     vocab = sorted(counts, key=lambda w: (-counts[w], w))[:options.get("max_words") or 5000]
@@ -66,7 +77,10 @@ class Runtime:
     def __init__(self, text_config: dict, tensors, folder: Path):
         self.config = text_config
         self.w = {n: np.asarray(tensors[n], dtype=np.float32) for n in TENSOR_NAMES(text_config)}
-        self.ids = WordIds(json.loads((folder / "sse_vocab.json").read_text(encoding="utf-8")))
+        self.ids = WordIds(read_vocab(folder / "sse_vocab.json"))
+        rows = self.w["sse.word_embedding"].shape[0]
+        if len(self.ids.vocab) + 2 > rows:   # an id past the table: an IndexError at the first query
+            raise ValueError(f"sse_vocab.json has {len(self.ids.vocab)} words, the model {rows - 2}")
 
     def tokenize(self, text: str) -> list[int]:
         return self.ids(text)
