@@ -6,11 +6,17 @@
 - model folder: `--model DIR`, else $IMGTXT_MODEL, else the default model that ships inside the package
   (weights/default at the top of a checkout, installed as imgtxt/weights/default in the wheel and sdist, so it
   is found without a source tree)
+
+Files in them are replaced whole (`replacing`, `writing`): written under a temporary name beside the file, then
+renamed over it, and the temporary file removed on any failure, Ctrl-C included.
 """
 from __future__ import annotations
 
 import os
+import threading
+from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO, Iterator
 
 from imgtxt.errors import ImgtxtError
 from imgtxt.safe_text import printable
@@ -76,3 +82,32 @@ def chosen_model_dir(option: Path | str | None = None) -> Path | None:
 
 def model_dir(option: Path | str | None = None) -> Path:
     return chosen_model_dir(option) or default_model_dir()
+
+
+@contextmanager
+def replacing(path: Path | str) -> Iterator[Path]:
+    """A temporary name beside `path` for the block to write: renamed over `path` when the block ends, so a reader
+    never sees half a file; removed when the block raises anything (a full disk, Ctrl-C), and the error goes on."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")   # per process and thread
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+        raise
+
+
+@contextmanager
+def writing(path: Path | str, mode: int = 0o666) -> Iterator[BinaryIO]:
+    """`path` replaced whole by what the block writes to the yielded file (`replacing`), fsynced before the rename.
+    A new file gets `mode` (less the umask); a link planted at the temporary name is refused, not followed."""
+    with replacing(path) as tmp:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, mode)
+        with open(fd, "wb") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())

@@ -196,6 +196,36 @@ def test_a_full_cache_leaves_no_partial_caption_file(tiny_model, tmp_path, monke
     assert not [p.name for p in (tmp_path / "cache").rglob("*.tmp")]
 
 
+@pytest.mark.parametrize("cache", ["caption vectors", "thumbnail", "weights digest"])
+def test_ctrl_c_while_writing_a_cache_leaves_no_temporary_file(tiny_model, tiny_model_dir, tmp_path, monkeypatch,
+                                                               cache):
+    """KeyboardInterrupt is no OSError: each cache writer removes its temporary file on any failure."""
+    from imgtxt.library import query, thumbnails
+    from imgtxt.model import model_config
+
+    def ctrl_c(*args, **kwargs):
+        if args and hasattr(args[0], "write"):
+            args[0].write(b"\x93NUMPY partial")
+        raise KeyboardInterrupt
+
+    monkeypatch.setenv("IMGTXT_CACHE_DIR", str(tmp_path / "cache"))
+    with pytest.raises(KeyboardInterrupt):
+        if cache == "caption vectors":
+            monkeypatch.setattr(query.np, "save", ctrl_c)
+            query.caption_vectors(tiny_model, ["a dog", "a cat"])
+        elif cache == "thumbnail":
+            photo = write_photo(tmp_path / "a.jpg", seed=1)
+            monkeypatch.setattr(os, "replace", ctrl_c)       # the data written, the rename not yet done
+            thumbnails.thumbnail(str(photo), 64)
+        else:
+            monkeypatch.setattr(os, "replace", ctrl_c)
+            model_config.remember_weights(tiny_model_dir / "model.safetensors", "0" * 64)
+    monkeypatch.undo()
+    assert (tmp_path / "cache").is_dir()                       # the writer got as far as its folder
+    left = [p.name for p in (tmp_path / "cache").rglob("*") if p.is_file() and ".tmp" in p.name]
+    assert not left, left
+
+
 def test_a_full_cache_leaves_no_partial_cnn_graph(tiny_model, tmp_path, monkeypatch):
     import errno
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from imgtxt.errors import ImgtxtError
+from imgtxt.paths import writing
 from imgtxt.safe_text import printable
 
 from . import vector_index
@@ -325,17 +326,12 @@ def caption_vectors(model, captions: list[str], on_compute=None, progress=None) 
         on_compute(len(captions))
     vectors = model.encode_text(captions, batch_size=128,
                                 progress=(lambda done: progress(done, len(captions))) if progress else None)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "wb") as f:
+        with writing(path) as f:  # a concurrent reader never sees half a file; Ctrl-C leaves no partial one
             np.save(f, vectors)
-        os.replace(tmp, path)  # a concurrent reader never sees half a file
-    except OSError:  # a read-only or full cache only costs speed; no partial file is left in it
-        try:
-            tmp.unlink(missing_ok=True)
-        except OSError:
-            pass
+    except OSError:  # a read-only or full cache only costs speed
+        pass
     return vectors
 
 

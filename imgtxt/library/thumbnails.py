@@ -12,12 +12,11 @@ from __future__ import annotations
 import io
 import os
 import re
-import threading
 from pathlib import Path
 
 from imgtxt.errors import ImgtxtError
 from imgtxt.model.images import ImageError, NotRegularFile
-from imgtxt.paths import cache_dir
+from imgtxt.paths import cache_dir, writing
 from imgtxt.safe_text import printable
 
 from .photo_work import file_hash
@@ -86,18 +85,11 @@ def thumbnail(photo: str, size: int = 256) -> Path:
     image.thumbnail((size, size), Image.LANCZOS)
     jpeg = io.BytesIO()
     image.save(jpeg, "JPEG", quality=85)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")  # server threads
     try:
         private_folder(path.parent)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "wb") as f:
+        with writing(path, 0o600) as f:   # a temporary name per thread (server threads); none left on Ctrl-C
             f.write(jpeg.getvalue())
-        os.replace(tmp, path)
     except OSError as e:
-        try:
-            tmp.unlink(missing_ok=True)
-        except OSError:
-            pass
         raise ThumbnailCacheError(f"cannot keep a thumbnail in {printable(str(path.parent))} "
                                   f"({e.strerror or e})", jpeg.getvalue()) from None
     return path

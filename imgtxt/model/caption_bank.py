@@ -35,6 +35,8 @@ def write_caption_vectors(folder: Path | str, vectors: np.ndarray, storage: str 
 
     from safetensors.numpy import save_file
 
+    from imgtxt.paths import replacing, writing
+
     from .tensor_file import quantize_rows
 
     if storage not in STORAGES:
@@ -46,18 +48,16 @@ def write_caption_vectors(folder: Path | str, vectors: np.ndarray, storage: str 
         tensors = {"vectors": q, "vectors.scale": scale}
     else:
         tensors = {"vectors": vectors.astype(np.float16)}
-    tmp = folder / f".{VECTORS_FILE}.{os.getpid()}.tmp"
-    save_file(tensors, str(tmp))
-    os.chmod(tmp, 0o644)  # safetensors writes 0600: a wheel would install it unreadable for other users
-    os.replace(tmp, folder / VECTORS_FILE)
+    with replacing(folder / VECTORS_FILE) as tmp:
+        save_file(tensors, str(tmp))
+        os.chmod(tmp, 0o644)  # safetensors writes 0600: a wheel would install it unreadable for other users
     record = {"file": VECTORS_FILE, "storage": storage, "count": int(vectors.shape[0]), "dim": int(vectors.shape[1]),
               "sha256": file_sha256(folder / VECTORS_FILE), "captions_sha256": file_sha256(folder / "captions.txt")}
     config_path = folder / "model.json"
     config = json.loads(config_path.read_text(encoding="utf-8"))
     config[RECORD_KEY] = record
-    tmp = folder / f".model.json.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps(config, indent=2), encoding="utf-8")
-    os.replace(tmp, config_path)
+    with writing(config_path) as f:
+        f.write(json.dumps(config, indent=2).encode("utf-8"))
     return record
 
 

@@ -9,9 +9,10 @@ with torch installed (`imgtxt export-cnn MODEL_DIR`, or automatically by the fir
 from __future__ import annotations
 
 import json
-import os
 import warnings
 from pathlib import Path
+
+from imgtxt.paths import replacing
 
 GRAPH_FORMAT = "imgtxt-cnn-1"
 
@@ -73,8 +74,7 @@ def export_extractor(extractor, path: Path | str, opset: int = 17) -> Path:
     graph = _FeatureGraph(extractor)
     size = extractor.resize_size
     example = torch.zeros((2, size, size, 3), dtype=torch.uint8)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
+    with replacing(path) as tmp:   # a full disk, Ctrl-C: no partial graph is left in the cache
         try:
             with torch.inference_mode(), warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation notices
@@ -88,18 +88,7 @@ def export_extractor(extractor, path: Path | str, opset: int = 17) -> Path:
             entry = model.metadata_props.add()
             entry.key, entry.value = key, json.dumps(value)
         onnx.save(model, str(tmp))
-        os.replace(tmp, path)
-    except BaseException:  # a full disk, Ctrl-C: no partial graph is left in the cache
-        _unlink_quietly(tmp)
-        raise
     return path
-
-
-def _unlink_quietly(path: Path) -> None:
-    try:
-        path.unlink(missing_ok=True)
-    except OSError:
-        pass
 
 
 def export_for_model(model, path: Path | str | None = None, backbone_weights: str | None = None) -> Path:

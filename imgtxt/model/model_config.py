@@ -207,13 +207,11 @@ def remember_weights(path: Path, digest: str) -> None:
 
 def _write_cache(cache_file: Path, cache: dict) -> None:
     """Best effort (a read-only or full cache only costs a re-hash next time); never leaves a partial file."""
-    tmp = cache_file.with_name(f"{cache_file.name}.{os.getpid()}.tmp")
+    from imgtxt.paths import writing
+
     try:
         cache_file.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps(cache), encoding="utf-8")
-        os.replace(tmp, cache_file)
+        with writing(cache_file) as f:
+            f.write(json.dumps(cache).encode("utf-8"))
     except OSError:
-        try:
-            tmp.unlink(missing_ok=True)
-        except OSError:
-            pass
+        pass

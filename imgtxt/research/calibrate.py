@@ -45,11 +45,10 @@ def cache_path(model, dataset: str, split) -> Path:
 def split_vectors(model, dataset: str, data_dir: Path | str, split_name: str = "val", batch_size: int = 32,
                   quiet: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """(photo vectors (N, D), caption vectors (5N, D)) of a split, as an index and a search query compute them."""
-    import os
-
     from tqdm import tqdm
 
     from imgtxt.model.images import ImageError, iter_squares
+    from imgtxt.paths import writing
 
     split = load_split(dataset, data_dir, split_name)
     path = cache_path(model, dataset, split)
@@ -75,9 +74,8 @@ def split_vectors(model, dataset: str, data_dir: Path | str, split_name: str = "
     image_vectors = np.concatenate(images).astype(np.float16).astype(np.float32)
     caption_vectors = model.encode_query(split.captions)   # the scores a search shows
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp.npz")
-    np.savez(tmp, images=image_vectors, captions=caption_vectors)
-    os.replace(tmp, path)
+    with writing(path) as f:   # a file object: np.savez would add ".npz" to a temporary name
+        np.savez(f, images=image_vectors, captions=caption_vectors)
     return image_vectors, caption_vectors
 
 
@@ -230,15 +228,15 @@ def calibrate(model, dataset: str, data_dir: Path | str, split: str = "val", top
 def write_calibration(folder: Path | str, fitted: Fitted) -> Path:
     """Store the calibration in model.json ("calibration"), atomically; the weights and the model id stay."""
     import json
-    import os
+
+    from imgtxt.paths import writing
 
     path = Path(folder) / "model.json"
     config = json.loads(path.read_text(encoding="utf-8"))
     config["calibration"] = {**fitted.calibration.as_config(), "fitted_on": fitted.fitted_on,
                              "val": fitted.figures}
-    tmp = path.with_name(f"model.json.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    with writing(path) as f:
+        f.write((json.dumps(config, indent=2) + "\n").encode("utf-8"))
     return path
 
 

@@ -14,12 +14,12 @@ split vectors); no torch when the model's CNN graph exists.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
 
 from imgtxt.model import search_tuning
+from imgtxt.paths import writing
 
 from .datasets import CAPTIONS_PER_IMAGE
 from .metrics import evaluate_scores
@@ -110,7 +110,6 @@ def write_search(folder: Path | str, section: dict) -> Path:
     path = Path(folder) / "model.json"
     config = json.loads(path.read_text(encoding="utf-8"))
     config["search"] = section
-    tmp = path.with_name(f"model.json.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    with writing(path) as f:
+        f.write((json.dumps(config, indent=2) + "\n").encode("utf-8"))
     return path

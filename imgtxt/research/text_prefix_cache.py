@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 
 import torch
+
+from imgtxt.paths import replacing
 
 
 def prefix_key(text_module: torch.nn.Module, token_lists: list[list[int]]) -> str:
@@ -59,8 +60,7 @@ def save_prefix(path: Path, prefix: torch.Tensor | list[torch.Tensor]) -> None:
         stored = {"ragged": torch.cat(prefix), "lengths": torch.tensor([len(p) for p in prefix])}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        torch.save(stored, tmp)
-        os.replace(tmp, path)
+        with replacing(path) as tmp:
+            torch.save(stored, tmp)
     except OSError:
         pass  # an unwritable or full cache costs the next run the recomputation, nothing else
