@@ -135,8 +135,15 @@ def test_a_query_of_emoji_or_symbols_alone_is_refused(query):
 
 # ------------------------------------------------------------------------------ crafted meta values
 
+HUGE = "99999999999999999999999"   # past SQLite's 64-bit integers
+
+
 @pytest.mark.parametrize("key, value", [("folders", "{"), ("folders", "[1, 2]"), ("embed_dim", "x"),
-                                        ("similarity", "x"), ("vec_count", "many"), ("model_folder", 7)])
+                                        ("similarity", "x"), ("vec_count", "many"), ("model_folder", 7),
+                                        ("vec_generation", "-" + HUGE), ("vec_generation", HUGE),
+                                        ("vec_generation", str((1 << 63) - 1)), ("vec_max_id", HUGE),
+                                        ("vec_count", HUGE), ("vec_add", HUGE), ("vec_dim", "-" + HUGE),
+                                        ("embed_dim", HUGE), ("embed_dim", "12345"), ("vec_live", HUGE)])
 def test_crafted_meta_values_are_one_line_in_every_command(library, tmp_path, key, value):
     folder = two_photos(library, tmp_path)
     with sqlite3.connect(library.index / "index.db") as conn:
@@ -149,6 +156,32 @@ def test_crafted_meta_values_are_one_line_in_every_command(library, tmp_path, ke
         assert sqlite3.connect(library.index / "index.db").execute("SELECT count(*) FROM photos").fetchone()[0] == 2
     index = library.run("index", folder, "-q", ok=False)
     assert index.exit_code == 0, index.stderr                       # a run writes the values anew
+
+
+def test_a_damaged_write_generation_counts_as_the_highest_one_held(library, tmp_path, monkeypatch):
+    """vec_generation out of range: the search files are rebuilt, and later edits still reach them, once each."""
+    from imgtxt.library import vector_index
+    from imgtxt.library.store import Store
+
+    monkeypatch.setattr(vector_index, "REBUILD_FRACTION", 100.0)   # append, as a large library would
+    folder = two_photos(library, tmp_path)
+    with sqlite3.connect(library.index / "index.db") as conn:
+        top = conn.execute("SELECT max(generation) FROM photos").fetchone()[0]
+        conn.execute("UPDATE meta SET value = ? WHERE key = 'vec_generation'", ["-" + HUGE])
+    store = Store(library.index)
+    try:
+        assert store.write_generation() == top + 1
+    finally:
+        store.close()
+    write_photo(folder / "b.jpg", seed=3)
+    s = summary_of(library.run("index", folder, "--json", "-q"))
+    assert s["updated"] == 1 and s["vector_index"].startswith("vector index: rebuilt"), s
+    write_photo(folder / "a.jpg", seed=4)
+    s = summary_of(library.run("index", folder, "--json", "-q"))
+    assert s["updated"] == 1 and s["vector_index"].startswith("vector index: appended 1"), s
+    lines = library.run("search", "a photo", "--json", "-n", "10").stdout.splitlines()
+    found = [json.loads(line)["path"] for line in lines]
+    assert sorted(found) == [str(folder / "a.jpg"), str(folder / "b.jpg")], found
 
 
 # ------------------------------------------------------------------------------ the lock, leftovers

@@ -22,13 +22,17 @@ def read_meta(conn: sqlite3.Connection) -> dict[str, str]:
     return {_as_text(k): _as_text(v) for k, v in conn.execute("SELECT key, value FROM meta").fetchall()}
 
 
-def meta_int(meta: dict[str, str], key: str, low: int = 1) -> int | None:
-    """An integer meta value of at least `low`, or None when it is missing or damaged."""
+COUNTER_MAX = 1 << 62   # past any real count, id or generation, and one more still fits SQLite's 64-bit integers
+
+
+def meta_int(meta: dict[str, str], key: str, low: int = 1, high: int = COUNTER_MAX) -> int | None:
+    """An integer meta value from `low` to `high`, or None when it is missing or damaged (a crafted value past
+    SQLite's integers would otherwise be an OverflowError where it is written back or compared in SQL)."""
     try:
         value = int(meta[key])
     except (KeyError, ValueError):
         return None
-    return value if value >= low else None
+    return value if low <= value <= high else None
 
 
 def meta_folders(meta: dict[str, str]) -> list[str]:

@@ -175,6 +175,10 @@ class Library:
                 meta = store.meta()
                 if meta.get("model_id"):  # checked before anything is removed
                     dim, similarity = meta_int(meta, "embed_dim"), meta.get("similarity")
+                    width = store.db.execute("SELECT length(embedding) FROM photos WHERE model_id = ? LIMIT 1",
+                                             [meta["model_id"]]).fetchone()   # bytes of a float16 (float32) vector
+                    if dim is not None and width and width[0] not in (2 * dim, 4 * dim):
+                        dim = None   # the record does not fit the vectors: the sync after the removal would fail
                     if dim is None or similarity not in ("cosine", "order"):
                         raise damaged(store.db_path, f"its record of the embedding ({meta.get('embed_dim', '')[:20]!r}, "
                                                      f"{str(similarity)[:20]!r}) is unusable")

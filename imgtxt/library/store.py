@@ -26,7 +26,7 @@ import numpy as np
 from imgtxt import paths
 from imgtxt.errors import ImgtxtError
 
-from .index_meta import meta_folders, meta_int, read_meta, write_folders  # noqa: F401  (importable from here)
+from .index_meta import COUNTER_MAX, meta_folders, meta_int, read_meta, write_folders  # noqa: F401  (importable from here)
 from .migrations import SCHEMA_VERSION, migrate, schema_version
 from .photo_paths import path_bytes, path_key
 
@@ -247,6 +247,7 @@ class Store:
         import sqlite_utils
 
         self.index_dir = Path(index_dir)
+        self._damaged_generation: tuple | None = None   # (a damaged vec_generation, the generation it counts as)
         make_private_dir(self.index_dir)
         self.db_path = self.index_dir / db_name
         try:
@@ -322,12 +323,20 @@ class Store:
         self.db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('vectors_dirty', '1')")
 
     def write_generation(self) -> int:
-        """One past the generation the search files were last synced at (a counter, never the clock)."""
+        """One past the generation the search files were last synced at (a counter, never the clock). A missing
+        or damaged value (not an integer, negative, past SQLite's range) counts as the highest generation a row
+        holds: the search files' record is then damaged too (vector_index.Record), so the next sync rebuilds."""
         row = self.db.execute("SELECT value FROM meta WHERE key = 'vec_generation'").fetchone()
-        try:
-            return int(row[0]) + 1 if row else 1
-        except (TypeError, ValueError):
+        if row is None:
             return 1
+        raw = row[0]
+        synced = meta_int({"vec_generation": raw if isinstance(raw, str) else str(raw)}, "vec_generation", low=0)
+        if synced is None:
+            if self._damaged_generation is None or self._damaged_generation[0] != raw:   # one scan, not one per photo
+                top = self.db.execute("SELECT max(generation) FROM photos").fetchone()[0]
+                self._damaged_generation = (raw, top if isinstance(top, int) and 0 <= top <= COUNTER_MAX else 0)
+            synced = self._damaged_generation[1]
+        return synced + 1
 
     def move_photo(self, photo_id: int, new_path: str, size: int, mtime_ns: int) -> None:
         key = path_key(new_path)

@@ -44,7 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .store import vector_chunks
+from .store import COUNTER_MAX, vector_chunks
 
 EXACT_MAX = 50_000       # exact search up to here; Annoy above (docs/vector-index.md: the measured crossover)
 N_TREES = 10             # Annoy trees: recall@10 0.96 at 100k with SEARCH_K (docs)
@@ -156,10 +156,14 @@ class Record:
 
     @classmethod
     def from_meta(cls, meta: dict) -> Record:
+        """The record, or an empty one (the files count as damaged and are rebuilt) when a value is not of its
+        type or, for the counts, ids and generation, not from 0 to COUNTER_MAX."""
         try:
-            return cls(**{k: type(getattr(cls, k))(meta.get(f"vec_{k}", getattr(cls, k))) for k in cls.FIELDS})
+            record = cls(**{k: type(getattr(cls, k))(meta.get(f"vec_{k}", getattr(cls, k))) for k in cls.FIELDS})
         except ValueError:
             return cls()
+        counts = (getattr(record, k) for k in cls.FIELDS if isinstance(getattr(record, k), int))
+        return record if all(0 <= n <= COUNTER_MAX for n in counts) else cls()
 
     def as_meta(self) -> dict:
         return {f"vec_{k}": getattr(self, k) for k in self.FIELDS}
