@@ -124,8 +124,8 @@ def test_an_unreachable_ray_cluster_is_one_line_in_seconds(library, tmp_path):
     assert result.exit_code == 1 and one_line(result.stderr) and "cannot reach Ray" in result.stderr, result.stderr
 
 
-@pytest.mark.parametrize("address", ["[::1", "host[1]:10001", "a" * 64 + ".example:10001", "ray://" + "b" * 64 + ":10001",
-                                     "a..b:10001"])
+@pytest.mark.parametrize("address", ["[::1", "host[1]:10001", "a" * 64 + ".example:10001",
+                                     "ray://" + "b" * 64 + ":10001", "a..b:10001"])
 def test_a_malformed_ray_address_is_one_line(library, tmp_path, address):
     """urlsplit refuses an unclosed "[" and the resolver a host label over 63 characters: both one line."""
     write_photo(tmp_path / "p" / "a.jpg", seed=1)

@@ -26,7 +26,8 @@ import numpy as np
 from imgtxt import paths
 from imgtxt.errors import ImgtxtError
 
-from .index_meta import COUNTER_MAX, meta_folders, meta_int, read_meta, write_folders  # noqa: F401  (importable from here)
+from .index_meta import (COUNTER_MAX, meta_folders, meta_int, read_meta,  # noqa: F401  (importable from here)
+                         write_folders)
 from .migrations import SCHEMA_VERSION, migrate, schema_version
 from .photo_paths import path_bytes, path_key
 
