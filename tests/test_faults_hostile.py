@@ -267,8 +267,10 @@ def test_nul_output_gives_the_real_bytes_of_a_non_utf8_name(library, tmp_path):
 def test_min_score_nan_is_refused(library, tmp_path):
     copy_examples(tmp_path / "p", ["cat"])
     library.run("index", tmp_path / "p", "-q")
-    result = library.run("search", "a cat", "--min-score", "nan", ok=False)
-    assert result.exit_code == 1 and one_line(result.stderr) and "nan" in result.stderr
+    for value in ("nan", "inf", "-1e400"):
+        result = library.run("search", "a cat", "--min-score", value, ok=False)
+        assert result.exit_code == 1 and one_line(result.stderr), result.stderr
+        assert "--min-score must be a finite number" in result.stderr
 
 
 def test_a_new_index_is_private_and_an_existing_folder_keeps_its_mode(library, tmp_path):

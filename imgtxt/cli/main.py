@@ -8,6 +8,7 @@ whose import alone was ~40% of a cold `imgtxt search`.
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -206,6 +207,8 @@ def search(text, n, min_score, preview, all_copies, index_dir, model, as_json, n
         if min_score.strip().lower() not in LEVELS:
             raise ImgtxtError(f"--min-score must be a number or one of {', '.join(LEVELS)}, not "
                              f"{printable(min_score)[:40]!r}") from None
+    if isinstance(min_score, float) and not math.isfinite(min_score):   # nan, inf, 1e400
+        raise ImgtxtError(f"--min-score must be a finite number, not {min_score}")
     _print_photos(library.search(" ".join(text), n, min_score, all_copies), as_json, preview, library, null)
 
 

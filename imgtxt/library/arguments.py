@@ -57,6 +57,15 @@ def strings(value, what: str) -> list[str]:
     return list(value)
 
 
+def captions(value, what: str = "captions") -> list[str]:
+    """Captions to rank: a list of str (a single str is one caption), blank ones left out as the command's
+    captions file drops its blank lines; none left is refused, as an empty captions file is."""
+    kept = [c for c in strings(value, what) if c.strip()]
+    if not kept:
+        raise ArgumentError(f"{what} is empty: give at least one caption")
+    return kept
+
+
 def integer(value, what: str, low: int = 1, high: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ArgumentError(f"{what} must be an integer, not {_type_name(value)}")
@@ -66,24 +75,45 @@ def integer(value, what: str, low: int = 1, high: int | None = None) -> int:
     return value
 
 
+def _finite(value) -> float | None:
+    """`value` as a finite float, or None: not a number, NaN, infinite, or an int past a float (10**400)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _shown(value) -> str:
+    """A wrong number as a message shows it: a float as itself, a huge int by its size, anything else by type."""
+    if isinstance(value, float):
+        return str(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"an integer of {len(str(abs(value)))} digits" if abs(value) > 10**20 else str(value)
+    return _type_name(value)
+
+
 def optional_number(value, what: str) -> float | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ArgumentError(f"{what} must be a number, not {_type_name(value)}")
-    if not math.isfinite(value):
-        raise ArgumentError(f"{what} must be a number, not {value}")
-    return float(value)
+    number = _finite(value)
+    if number is None:
+        raise ArgumentError(f"{what} must be a finite number, not {_shown(value)}")
+    return number
 
 
 def score_or_level(value, what: str, levels: tuple[str, ...]) -> float | str | None:
     """A score (a finite number) or a confidence level's name; a number written as text is the CLI's to parse."""
     if isinstance(value, str) and value.strip().lower() in levels:
         return value.strip().lower()
-    if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)):
-        return None if value is None else float(value)
-    shown = value if isinstance(value, float) else _type_name(value)
-    raise ArgumentError(f"{what} must be a number or one of {', '.join(levels)}, not {shown}")
+    if value is None:
+        return None
+    number = _finite(value)
+    if number is None:
+        raise ArgumentError(f"{what} must be a finite number or one of {', '.join(levels)}, not {_shown(value)}")
+    return number
 
 
 def flag(value, what: str) -> bool:

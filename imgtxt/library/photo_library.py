@@ -114,7 +114,7 @@ class Library:
         folders, exclude = check.paths(folders), check.strings(exclude, "exclude")
         batch_size = check.integer(batch_size, "batch_size", 1, check.MAX_BATCH_SIZE)
         workers = check.integer(workers, "workers", 1, check.MAX_WORKERS)
-        for name, value in {"progress": progress, "prune": prune, "rebuild": rebuild}.items():
+        for name, value in {"progress": progress, "prune": prune, "rebuild": rebuild, "previews": previews}.items():
             check.flag(value, name)
         log, notice, on_model_load = (check.callback(f, n) for f, n in
                                       ((log, "log"), (notice, "notice"), (on_model_load, "on_model_load")))
@@ -249,7 +249,8 @@ class Library:
 
         self.notices = []
         photo, n = check.path(photo, "photo"), check.integer(n, "n")
-        captions = None if captions is None else check.strings(captions, "captions")
+        captions = None if captions is None else check.captions(captions)
+        on_compute, progress = check.callback(on_compute, "on_compute"), check.callback(progress, "progress")
         index = self._open(required=False)
         try:
             model = self._query_model(index)
@@ -266,6 +267,7 @@ class Library:
         cached when it ships none), so the first caption is quick."""
         from .query import bank_vectors
 
+        on_compute, progress = check.callback(on_compute, "on_compute"), check.callback(progress, "progress")
         index = self._open(required=False)
         try:
             model = self._query_model(index)
