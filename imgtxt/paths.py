@@ -2,6 +2,7 @@
 
 - index folder: `--index DIR`, else $IMGTXT_INDEX_DIR, else $XDG_DATA_HOME/imgtxt (~/.local/share/imgtxt)
 - cache folder (dataset features, caption vectors, thumbnails): $IMGTXT_CACHE_DIR, else $XDG_CACHE_HOME/imgtxt
+  (~/.cache/imgtxt); an XDG variable holding a relative path is ignored, as the XDG spec says
 - dataset folder: `--data-dir DIR`, else $IMGTXT_DATA_DIR
 - model folder: `--model DIR`, else $IMGTXT_MODEL, else the default model that ships inside the package
   (weights/default at the top of a checkout, installed as imgtxt/weights/default in the wheel and sdist, so it
@@ -52,16 +53,21 @@ def _env_path(name: str) -> Path | None:
     return _expand(value) if value else None
 
 
+def _xdg(name: str) -> Path | None:
+    """An XDG base folder from the environment; a relative one is ignored, as the XDG spec says (it would put
+    the index or the cache under whatever the current folder is)."""
+    value = os.environ.get(name)
+    return Path(value) if value and os.path.isabs(value) else None
+
+
 def index_dir(option: Path | str | None = None) -> Path:
     if option:
         return _expand(option)
-    base = os.environ.get("XDG_DATA_HOME")
-    return _env_path(INDEX_ENV) or (Path(base) if base else _home() / ".local" / "share") / "imgtxt"
+    return _env_path(INDEX_ENV) or (_xdg("XDG_DATA_HOME") or _home() / ".local" / "share") / "imgtxt"
 
 
 def cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME")
-    return _env_path(CACHE_ENV) or (Path(base) if base else _home() / ".cache") / "imgtxt"
+    return _env_path(CACHE_ENV) or (_xdg("XDG_CACHE_HOME") or _home() / ".cache") / "imgtxt"
 
 
 def data_dir(option: Path | str | None = None) -> Path | None:

@@ -145,3 +145,30 @@ def test_a_malformed_ray_address_is_one_line(library, tmp_path, address):
         Library(library.index, library.model).index(tmp_path / "p", ray_address=address)
     assert one_line(str(caught.value))
     assert not (library.index / "index.db").exists() or photo_count(library.index) == 0
+
+
+def test_relative_xdg_folders_are_ignored(tmp_path, monkeypatch):
+    """The XDG spec: a relative XDG_DATA_HOME or XDG_CACHE_HOME is invalid and ignored, never the current folder."""
+    from imgtxt import paths
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    for name in ("IMGTXT_INDEX_DIR", "IMGTXT_CACHE_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", "data")
+    monkeypatch.setenv("XDG_CACHE_HOME", "cache")
+    assert paths.index_dir() == tmp_path / "home" / ".local" / "share" / "imgtxt"
+    assert paths.cache_dir() == tmp_path / "home" / ".cache" / "imgtxt"
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))   # an absolute one is used
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert paths.index_dir() == tmp_path / "data" / "imgtxt" and paths.cache_dir() == tmp_path / "cache" / "imgtxt"
+
+
+@pytest.mark.parametrize("value", ["openvin0", "gpu", "onnx\x1b[2J"])
+def test_an_unknown_cnn_runtime_is_one_line(library, tmp_path, monkeypatch, value):
+    write_photo(tmp_path / "p" / "a.jpg", seed=1)
+    monkeypatch.setenv("IMGTXT_CNN_RUNTIME", value)
+    result = library.run("index", tmp_path / "p", ok=False)
+    assert result.exit_code == 1 and one_line(result.stderr), result.stderr
+    assert "IMGTXT_CNN_RUNTIME" in result.stderr and "torch, openvino, onnxruntime" in result.stderr
+    assert "\x1b" not in result.stderr

@@ -238,10 +238,15 @@ def export_to_cache(model) -> Path | None:
 
 def onnx_embedder(model, threads: int | None = None, export: bool = True, notice=None):
     """The ONNX embedder for `model`, exporting its graph first if needed and possible; None -> use torch."""
-    choice = os.environ.get(RUNTIME_ENV, "").lower()
-    device = os.environ.get(DEVICE_ENV, "auto").lower()
+    from imgtxt.safe_text import printable
+
+    choice = os.environ.get(RUNTIME_ENV, "").strip().lower()
+    if choice not in ("", "torch", *BACKENDS):   # a typo must not quietly pick another runtime
+        raise GraphError(f"{RUNTIME_ENV}={printable(choice)[:40]}: use {', '.join(('torch', *BACKENDS))} "
+                         f"(or leave it unset)")
+    device = os.environ.get(DEVICE_ENV, "auto").strip().lower()
     if device not in ("auto", "cpu", "gpu"):
-        raise GraphError(f"{DEVICE_ENV}={device}: use auto, cpu or gpu")
+        raise GraphError(f"{DEVICE_ENV}={printable(device)[:40]}: use auto, cpu or gpu")
     if choice == "torch":
         return None
     backend = choice if choice in BACKENDS else None
