@@ -164,11 +164,16 @@ def test_relative_xdg_folders_are_ignored(tmp_path, monkeypatch):
     assert paths.index_dir() == tmp_path / "data" / "imgtxt" and paths.cache_dir() == tmp_path / "cache" / "imgtxt"
 
 
-@pytest.mark.parametrize("value", ["openvin0", "gpu", "onnx\x1b[2J"])
-def test_an_unknown_cnn_runtime_is_one_line(library, tmp_path, monkeypatch, value):
+@pytest.mark.parametrize("name, value, allowed", [
+    ("IMGTXT_CNN_RUNTIME", "openvin0", "torch, openvino, onnxruntime"),
+    ("IMGTXT_CNN_RUNTIME", "gpu", "torch, openvino, onnxruntime"),
+    ("IMGTXT_CNN_RUNTIME", "onnx\x1b[2J", "torch, openvino, onnxruntime"),
+    ("IMGTXT_DEVICE", "cuda", "auto, cpu or gpu"),
+])
+def test_an_unknown_cnn_runtime_is_one_line(library, tmp_path, monkeypatch, name, value, allowed):
+    """A typo must not quietly run another runtime or device: one line naming the values that work."""
     write_photo(tmp_path / "p" / "a.jpg", seed=1)
-    monkeypatch.setenv("IMGTXT_CNN_RUNTIME", value)
+    monkeypatch.setenv(name, value)
     result = library.run("index", tmp_path / "p", ok=False)
     assert result.exit_code == 1 and one_line(result.stderr), result.stderr
-    assert "IMGTXT_CNN_RUNTIME" in result.stderr and "torch, openvino, onnxruntime" in result.stderr
-    assert "\x1b" not in result.stderr
+    assert name in result.stderr and allowed in result.stderr and "\x1b" not in result.stderr
