@@ -221,6 +221,7 @@ FORBIDDEN = [
     (re.compile(r"/(?:work|root|home)/"), "a machine's absolute path"),
     (re.compile(r"\bsessions?\b", re.I), "a word about how the work was organised"),
     (re.compile(r"\bhelpers?\b", re.I), "a word about how the work was organised"),
+    (re.compile(r"\baudit(?:s|s'|'s|ed|ing|ors?)?\b", re.I), "a word about how the work was organised"),
 ]
 
 
@@ -240,7 +241,8 @@ def test_no_issue_numbers_machine_paths_or_words_about_the_work(path):
 
 # the machine paths are assembled, so that this file itself holds none
 @pytest.mark.parametrize("planted", ["as issue 7 found", "see #12", "IMGTXT_CACHE_DIR=" + "/work" + "/cache imgtxt eval",
-                                     "in " + "/root" + "/.cache", "measured in a later session", "another helper's job"])
+                                     "in " + "/root" + "/.cache", "measured in a later session", "another helper's job",
+                                     "the first audits' attacks"])
 def test_planted_forbidden_words_are_caught(planted):
     assert forbidden_in(f"fine text\n{planted}\n", "planted")
 
@@ -363,3 +365,44 @@ def test_the_development_guide_names_no_module_that_is_gone():
     rows = "\n".join(table_rows(DEVELOPMENT.read_text(encoding="utf-8")))
     named = re.findall(r"`(imgtxt/[\w/]+(?:\.py|/))`", rows)
     assert named and [path for path in named if not (REPO / path).exists()] == []
+
+
+# --- the reliability guarantees and their tests ------------------------------------------------------------------
+
+RELIABILITY = REPO / "docs" / "reliability.md"
+
+
+def sources_of_tests() -> dict[str, str]:
+    """tests/*.py -> their source, for the names a doc cites."""
+    return {path.name: path.read_text(encoding="utf-8") for path in (REPO / "tests").glob("*.py")}
+
+
+def missing_tests(text: str, sources: dict[str, str]) -> list[str]:
+    """The tests and test files `text` cites (`test_x.py`, `test_x.py::test_y`, `test_y`) that do not exist."""
+    missing = [f"{name}.py" for name in re.findall(r"\b(test_\w+)\.py\b", text) if f"{name}.py" not in sources]
+    for file, name in re.findall(r"\b(test_\w+\.py)::(test_\w+)", text):
+        if not re.search(rf"^def {name}\(", sources.get(file, ""), re.M):
+            missing.append(f"{file}::{name}")
+    for name in re.findall(r"(?<![\w.:])(test_\w+)(?![\w.])", text):
+        if not any(re.search(rf"^def {name}\(", source, re.M) for source in sources.values()):
+            missing.append(name)
+    return missing
+
+
+def test_every_test_the_reliability_guide_cites_exists():
+    text = RELIABILITY.read_text(encoding="utf-8")
+    assert len(re.findall(r"\btest_\w+", text)) > 50
+    assert missing_tests(text, sources_of_tests()) == [], "docs/reliability.md cites tests that do not exist"
+
+
+@pytest.mark.parametrize("planted", ["`test_gone.py`", "`test_docs.py::test_gone`", "`test_no_such_guarantee`",
+                                     "`test_docs.py::test_planted_x`"])
+def test_a_planted_missing_test_is_caught(planted):
+    assert missing_tests(f"| **a guarantee** | how | {planted} |", sources_of_tests())
+
+
+def test_the_guarantees_table_is_one_table():
+    """A blank line inside a Markdown table ends it: the rows after it would show as plain text."""
+    section = RELIABILITY.read_text(encoding="utf-8").split("## Guarantees", 1)[1].split("\n## ", 1)[0]
+    lines = section.strip().splitlines()
+    assert lines and all(line.startswith("| ") for line in lines), [line for line in lines if not line.startswith("|")]
