@@ -172,6 +172,9 @@ def test_relative_xdg_folders_are_ignored(tmp_path, monkeypatch):
 ])
 def test_an_unknown_cnn_runtime_is_one_line(library, tmp_path, monkeypatch, name, value, allowed):
     """A typo must not quietly run another runtime or device: one line naming the values that work."""
+    from imgtxt.model import modelfile
+
+    monkeypatch.setattr(modelfile, "_LOADED_CNNS", {})   # the CNN is chosen when it loads: once per process
     write_photo(tmp_path / "p" / "a.jpg", seed=1)
     monkeypatch.setenv(name, value)
     result = library.run("index", tmp_path / "p", ok=False)
