@@ -1,8 +1,8 @@
 """Vector search at 100k and 1M photos: recall@10 against exact search, query latency in-process, build time.
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/vector_search.py [--sizes 100000,1000000] [--json]
-        [--compare] [--search-k 10000,30000] [--trees 10,20] [--projected 64,256] [--queries 300] [--work DIR]
-        [--model DIR]
+        [--compare] [--search-k 10000,30000] [--trees 10,20] [--projected 64,256] [--candidates 100]
+        [--queries 300] [--work DIR] [--model DIR]
 
 The library: the shipped model's 7,000 real Flickr8k train+val photo vectors plus synthetic ones drawn from a
 Gaussian mixture fitted to them (bench/real_vectors.py) up to the size. The queries: real val caption vectors
@@ -12,7 +12,8 @@ object `imgtxt search` uses (files in the page cache, as for any search after th
 
 For each size: the shipped settings (trees_for(size), SEARCH_K, PROJECTED_DIM); recall@200 with -n 200 (search_k
 grows with it); with --search-k / --trees / --projected, other settings (the Annoy index over a PCA projection
-of that many dimensions, candidates rescored on the full vectors); with --compare, exact search over the mapped matrix and, when
+of that many dimensions, candidates rescored on the full vectors); with --candidates, other numbers of Annoy's
+best candidates rescored (CANDIDATES, at the shipped search_k); with --compare, exact search over the mapped matrix and, when
 installed (the `bench` extra), FAISS IVFFlat (inner product, ~1,024 vectors a list, nprobe 16) and hnswlib
 (M 16, ef_construction 200, ef 128). Queries run single-threaded. recall@10 = the share of exact search's top 10
 that is found. With --json, one JSON object a line per row; the shipped row has "shipped": true.
@@ -102,6 +103,16 @@ def annoy_rows(args, folder: Path, library: np.ndarray, queries, truth, truth200
             row.update(recall_at_200=wide["recall_at_200"], p50_ms_at_200=wide["p50_ms"])
         vector_index.SEARCH_K, vector_index.SEARCH_K_FRACTION = shipped_k, shipped_fraction
         yield row
+    shipped_candidates = vector_index.CANDIDATES
+    for c in args.candidates:
+        vector_index.CANDIDATES = c
+        yield {"engine": "annoy", "size": n, "setting": f"PCA {projected}, {trees} trees, search_k "
+               f"{vector_index.search_k(10, n)}, best {c} rescored", "trees": trees, "projected_dim": projected,
+               "search_k": vector_index.search_k(10, n), "candidates": c,
+               **measure(lambda q: index.search(q, 10, vector_index.dot_scorer(q))[0], queries, truth),
+               "build_s": build_s, "build_cpu_s": build_cpu, "shipped": False,
+               "disk_bytes": record.bytes + record.ann_bytes + vector_index.projection_bytes(record.dim, projected)}
+    vector_index.CANDIDATES = shipped_candidates
 
 
 def compare_rows(folder: Path, library: np.ndarray, queries, truth):
@@ -164,11 +175,13 @@ def main() -> None:
     ap.add_argument("--search-k", default="", help="other SEARCH_K values to measure, comma-separated")
     ap.add_argument("--trees", default="", help="other tree counts to build and measure, comma-separated")
     ap.add_argument("--projected", default="", help="other PCA widths of the Annoy index, comma-separated")
+    ap.add_argument("--candidates", default="", help="other numbers of candidates rescored, comma-separated")
     ap.add_argument("--model", default=None)
     ap.add_argument("--work", type=Path, default=WORK,
                     help=f"working folder, kept between runs for its cached vectors (default: {WORK})")
     args = ap.parse_args()
     args.search_k = [int(k) for k in args.search_k.split(",") if k]
+    args.candidates = [int(c) for c in args.candidates.split(",") if c]
     say = (lambda *a, **k: print(*a, file=sys.stderr, **k)) if args.json else print
 
     from imgtxt.library import vector_index
