@@ -204,3 +204,91 @@ def test_missing_minilm_weights_is_one_line(monkeypatch, tmp_path):
     (tmp_path / "bad.zip").write_bytes(b"nope")
     with pytest.raises(ValueError, match="not usable MiniLM weights"):
         minilm.prepare([], {"weights": tmp_path / "bad.zip"})
+
+
+# ------------------------------------------------------------------ ASCII queries without `tokenizers`
+
+SHIPPED_TOKENIZER = Path(__file__).resolve().parent.parent / "weights" / "default" / "tokenizer.json"
+FLICKR8K = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "flickr8k" / "dataset_flickr8k.json"
+
+
+def ascii_texts() -> list[str]:
+    """Every ASCII character alone and inside words, edge lengths, and random ASCII strings (seeded)."""
+    import random
+
+    rng = random.Random(0)
+    texts = [chr(c) for c in range(128)] + [f"a{chr(c)}b {chr(c)}c" for c in range(128)]
+    texts += ["", " ", "x" * 100, "x" * 101, "unaffable antidisestablishmentarianism", "It's 3.14 o'clock -- OK?!",
+              " ".join(["dog"] * 300), "a\x00b\x0bc\x0cd\x1fe\x7ff\tg\nh\ri"]
+    texts += [t for t in CAPTIONS + many_captions(200) if t.isascii()]
+    letters = "abcdefghij klmnopqrstuvwxyz ,.'-!ABCXYZ\t0123456789"
+    for _ in range(5000):
+        alphabet = [chr(c) for c in range(128)] if rng.random() < 0.3 else letters
+        texts.append("".join(rng.choice(alphabet) for _ in range(rng.randint(0, 60))))
+    return texts
+
+
+def test_ascii_wordpiece_gives_the_tokens_of_tokenizers():
+    """The Python split of ASCII queries equals HF `tokenizers` on the shipped tokenizer.json: ids, the length cap,
+    and check_query's verdict; with the dataset at hand, on every Flickr8k caption too."""
+    from imgtxt.model.text_encoders.wordpiece import AsciiWordPiece
+
+    fast = AsciiWordPiece.from_tokenizer_json(json.loads(SHIPPED_TOKENIZER.read_bytes()), minilm.ARCH["max_length"])
+    reference = minilm.load_tokenizer(SHIPPED_TOKENIZER, minilm.ARCH["max_length"])
+    texts = ascii_texts()
+    if FLICKR8K.is_file():
+        texts += [s["raw"] for image in json.loads(FLICKR8K.read_text())["images"] for s in image["sentences"]]
+    assert all(fast.applies(t) for t in texts)
+    mismatches = [t for t in texts if fast.encode(t) != reference.encode(t).ids]
+    assert mismatches == []
+    assert len(fast.encode(" ".join(["dog"] * 300))) == minilm.ARCH["max_length"]
+
+
+def test_non_ascii_text_and_special_token_names_go_to_tokenizers(tmp_path):
+    _, runtime = random_minilm(tmp_path)
+    assert runtime.ascii is not None and runtime._tokenizer is None      # loaded lazily
+    for text in ("a dog on a beach", "zxqv blorptastic", "?!", "..."):
+        assert runtime.tokenize(text) == runtime.tokenizer.encode(text).ids
+    runtime._tokenizer = None
+    ascii_only = minilm.Runtime.__new__(minilm.Runtime)
+    ascii_only.__dict__.update(runtime.__dict__, ascii=None)              # the same model, always through tokenizers
+    for text in ("a dog on a beach", "zxqv blorptastic", "", "   ", "?!", "... ,,, ;", "[UNK] [UNK]", "x" * 150):
+        assert runtime.check_query(text) == ascii_only.check_query(text), text
+    for text in ("un café au lait", "a [MASK] dog", "[CLS]", "naïve", "東京"):
+        assert not runtime.ascii.applies(text)
+        assert runtime.tokenize(text) == runtime.tokenizer.encode(text).ids
+    assert runtime.tokenize("a [MASK] dog")[2] == 103                      # the special token, as tokenizers reads it
+
+
+def test_a_tokenizer_json_other_than_berts_plain_one_goes_to_tokenizers():
+    from imgtxt.model.text_encoders.wordpiece import AsciiWordPiece
+
+    config = json.loads(SHIPPED_TOKENIZER.read_bytes())
+    assert AsciiWordPiece.from_tokenizer_json(config, 128) is not None
+    for change in (lambda c: c["normalizer"].update(lowercase=False), lambda c: c.update(pre_tokenizer=None),
+                   lambda c: c["model"].update(type="BPE"), lambda c: c["model"]["vocab"].update({"x": "1"}),
+                   lambda c: c["added_tokens"].append({"id": 5, "content": "hello", "special": False}),
+                   lambda c: c.pop("post_processor")):
+        changed = json.loads(json.dumps(config))
+        change(changed)
+        assert AsciiWordPiece.from_tokenizer_json(changed, 128) is None
+
+
+def test_an_ascii_query_is_encoded_without_loading_tokenizers(tmp_path):
+    """What a cold `imgtxt search "..."` pays for: the shipped model encodes an ASCII query without importing
+    `tokenizers`, and the same vector comes out when `tokenizers` does the split."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, numpy as np\n"
+        "from imgtxt.model.modelfile import TrainedModel\n"
+        "m = TrainedModel.load(None)\n"
+        "fast = m.encode_query(['a dog running on the beach'])\n"
+        "assert 'tokenizers' not in sys.modules, 'tokenizers was imported'\n"
+        "m.text.ascii = None\n"
+        "assert np.allclose(fast, m.encode_query(['a dog running on the beach']), atol=1e-6)\n"
+        "print('ok')\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         env={**__import__("os").environ, "IMGTXT_CACHE_DIR": str(tmp_path)})
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr

@@ -15,8 +15,11 @@ from pathlib import Path
 
 import numpy as np
 
+from imgtxt.errors import ModelError
+
 from . import TextSetup, positive_int
 from .head import NumpyHead, head_tensor_names, head_tensor_shapes
+from .wordpiece import AsciiWordPiece
 
 PREFIX, HEAD_PREFIX = "minilm.", "text_head"
 ARCH = {"layers": 6, "hidden": 384, "heads": 12, "intermediate": 1536, "max_length": 128, "layer_norm_eps": 1e-12}
@@ -177,15 +180,20 @@ def layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float) -> np.nd
 class Runtime:
     def __init__(self, text_config: dict, tensors, folder: Path):
         self.config = text_config
+        self._folder, self._source = folder, (folder / "tokenizer.json").read_bytes()
+        # ASCII queries are split in Python (wordpiece.py: a cold search need not load `tokenizers`); other text,
+        # and a tokenizer.json that is not BERT's plain uncased setup, go to `tokenizers`, loaded here or when needed
         try:
-            self.tokenizer = load_tokenizer(folder / "tokenizer.json", text_config["max_length"])
-        except Exception as e:  # noqa: BLE001 (tokenizers raises its own Exception for any malformed file)
-            reason = (str(e).splitlines() or [type(e).__name__])[0][:200]
-            raise ValueError(f"tokenizer.json is not a usable tokenizer ({reason})") from None
+            self.ascii = AsciiWordPiece.from_tokenizer_json(json.loads(self._source), text_config["max_length"])
+        except (ValueError, RecursionError):
+            self.ascii = None
+        self._tokenizer = None
+        if self.ascii is None:
+            self.tokenizer  # noqa: B018 (loaded now: a tokenizer.json that cannot be used fails at load)
+        vocab_size = max(self.ascii.vocab.values(), default=-1) + 1 if self.ascii else self.tokenizer.get_vocab_size()
         rows = tensors.shape(PREFIX + "embeddings.word_embeddings.weight")[0] if hasattr(tensors, "shape") else None
-        if rows is not None and self.tokenizer.get_vocab_size() > rows:   # an id past the table: garbage or a crash
-            raise ValueError(f"tokenizer.json has {self.tokenizer.get_vocab_size()} tokens, the embedding table "
-                             f"{rows} rows")
+        if rows is not None and vocab_size > rows:   # an id past the table: garbage or a crash
+            raise ValueError(f"tokenizer.json has {vocab_size} tokens, the embedding table {rows} rows")
         positions = tensors.shape(PREFIX + "embeddings.position_embeddings.weight")[0] if hasattr(tensors, "shape") \
             else None
         if positions is not None and text_config["max_length"] > positions:
@@ -212,7 +220,21 @@ class Runtime:
             y = x @ self._w(name + ".weight").T
         return y + self._w(name + ".bias")
 
+    @property
+    def tokenizer(self):
+        """HF `tokenizers`' Tokenizer for this model (loaded on first use)."""
+        if self._tokenizer is None:
+            try:
+                self._tokenizer = load_tokenizer(self._source, self.config["max_length"])
+            except Exception as e:  # noqa: BLE001 (tokenizers raises its own Exception for any malformed file)
+                reason = (str(e).splitlines() or [type(e).__name__])[0][:200]
+                raise ModelError(f"{self._folder}: unreadable text encoder (tokenizer.json is not a usable "
+                                 f"tokenizer ({reason}))") from None
+        return self._tokenizer
+
     def tokenize(self, text: str) -> list[int]:
+        if self.ascii is not None and self.ascii.applies(text):
+            return self.ascii.encode(text)
         return self.tokenizer.encode(text).ids
 
     def sort_key(self, text: str) -> int:
@@ -221,9 +243,14 @@ class Runtime:
     def check_query(self, text: str) -> str | None:
         """Refused: no token that is a word. Punctuation (`!!!`) and what the vocabulary lacks (emoji, which
         WordPiece maps to [UNK]) would encode as the same near-empty sentence for every such query."""
-        unknown = getattr(self.tokenizer.model, "unk_token", "[UNK]")
-        tokens = self.tokenizer.encode(text).tokens[1:-1]
-        if not any(t != unknown and any(c.isalnum() for c in t) for t in tokens):
+        if self.ascii is not None and self.ascii.applies(text):
+            words = self.ascii.words(text)
+            found = any(any(c.isalnum() for c in w) and self.ascii.pieces(w) != [self.ascii.unk] for w in words)
+        else:
+            unknown = getattr(self.tokenizer.model, "unk_token", "[UNK]")
+            tokens = self.tokenizer.encode(text).tokens[1:-1]
+            found = any(t != unknown and any(c.isalnum() for c in t) for t in tokens)
+        if not found:
             return ("empty query: no words in it (symbols and emoji alone cannot be searched); describe the photo "
                     "in words, e.g. imgtxt search \"a dog running on a beach\"")
         return None

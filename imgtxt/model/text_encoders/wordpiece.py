@@ -1,0 +1,111 @@
+"""BERT's uncased WordPiece for ASCII text, in Python: the tokens HF `tokenizers` gives, without loading it.
+
+Why: a cold `imgtxt search` spends ~20 ms in `Tokenizer.from_file` (building its 30,522-word tables) and ~9 ms
+importing `tokenizers`, for a query of a few words. Reading the vocabulary from tokenizer.json and splitting an
+ASCII query by BERT's rules costs a few ms. Anything beyond ASCII (accents, CJK, other scripts and their
+normalisation) goes to `tokenizers` itself, and so does any tokenizer.json that is not the plain BERT uncased
+setup described below. tests/test_text_encoders.py checks the two agree on every ASCII character, on Flickr8k's
+captions and on random ASCII strings.
+
+The rules, for ASCII (HF's BertNormalizer with clean_text, lowercase; BertPreTokenizer; WordPiece; a
+[CLS] $A [SEP] template; truncation to max_length tokens in all):
+- \\t, \\n, \\r and space separate words; every other control character (0-31, 127) is dropped;
+- letters are lowercased;
+- each punctuation character (!"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~) is a word of its own;
+- a word longer than max_input_chars_per_word is [UNK]; else it is split greedily into the longest pieces in
+  the vocabulary, "##" before every piece but the first; a word that cannot be split is one [UNK].
+"""
+from __future__ import annotations
+
+PUNCTUATION = frozenset("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
+SEPARATORS = frozenset(" \t\n\r")
+DROPPED = frozenset(chr(c) for c in (*range(32), 127)) - SEPARATORS
+
+
+class AsciiWordPiece:
+    def __init__(self, vocab: dict[str, int], unk: str, cls: str, sep: str, prefix: str, max_chars: int,
+                 max_length: int):
+        self.vocab, self.prefix, self.max_chars, self.max_length = vocab, prefix, max_chars, max_length
+        self.unk, self.cls, self.sep = vocab[unk], vocab[cls], vocab[sep]
+        self.added: tuple[str, ...] = ()   # special tokens' texts: `tokenizers` matches them in the raw text
+
+    def applies(self, text: str) -> bool:
+        """Whether `encode` gives `tokenizers`' answer for `text`: ASCII, naming no special token."""
+        return text.isascii() and not any(token in text for token in self.added)
+
+    @classmethod
+    def from_tokenizer_json(cls, config, max_length: int) -> AsciiWordPiece | None:
+        """From the parsed tokenizer.json when it is BERT's uncased setup (else None: use `tokenizers`)."""
+        try:
+            model, normalizer = config["model"], config["normalizer"]
+            post = config["post_processor"]
+            plain = (model["type"] == "WordPiece" and normalizer["type"] == "BertNormalizer"
+                     and normalizer["clean_text"] is True and normalizer["lowercase"] is True
+                     and normalizer["strip_accents"] in (None, True)
+                     and config["pre_tokenizer"] == {"type": "BertPreTokenizer"}
+                     and post["type"] == "TemplateProcessing"
+                     and [_piece(p) for p in post["single"]] == [("[CLS]", 0), ("A", 0), ("[SEP]", 0)]
+                     and isinstance(model["vocab"], dict) and isinstance(model["unk_token"], str)
+                     and isinstance(model["continuing_subword_prefix"], str)
+                     and isinstance(model["max_input_chars_per_word"], int)
+                     and not config.get("added_tokens_decoder") and _specials_in_vocab(config, model["vocab"]))
+            if not plain or not all(isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
+                                    for k, v in model["vocab"].items()):
+                return None
+            cls_id, sep_id = (post["special_tokens"][name]["ids"] for name in ("[CLS]", "[SEP]"))
+            if cls_id != [model["vocab"].get("[CLS]")] or sep_id != [model["vocab"].get("[SEP]")]:
+                return None
+            wordpiece = cls(model["vocab"], model["unk_token"], "[CLS]", "[SEP]",
+                            model["continuing_subword_prefix"], model["max_input_chars_per_word"], max_length)
+            wordpiece.added = tuple(t["content"] for t in config.get("added_tokens", []))
+            return wordpiece
+        except (KeyError, TypeError, AttributeError, ValueError):
+            return None
+
+    def words(self, text: str) -> list[str]:
+        words, word = [], []
+        for ch in text.lower():
+            if ch in SEPARATORS or ch in PUNCTUATION:
+                if word:
+                    words.append("".join(word))
+                    word = []
+                if ch in PUNCTUATION:
+                    words.append(ch)
+            elif ch not in DROPPED:
+                word.append(ch)
+        if word:
+            words.append("".join(word))
+        return words
+
+    def pieces(self, word: str) -> list[int]:
+        if len(word) > self.max_chars:
+            return [self.unk]
+        ids, start = [], 0
+        while start < len(word):
+            for end in range(len(word), start, -1):
+                piece = word[start:end] if start == 0 else self.prefix + word[start:end]
+                found = self.vocab.get(piece)
+                if found is not None:
+                    ids.append(found)
+                    start = end
+                    break
+            else:
+                return [self.unk]
+        return ids
+
+    def encode(self, text: str) -> list[int]:
+        """[CLS] pieces [SEP] of an ASCII text, max_length in all."""
+        ids = [i for word in self.words(text) for i in self.pieces(word)]
+        return [self.cls, *ids[:max(0, self.max_length - 2)], self.sep]
+
+
+def _piece(item) -> tuple[str, int]:
+    kind, value = next(iter(item.items()))
+    return value["id"], value["type_id"]
+
+
+def _specials_in_vocab(config, vocab) -> bool:
+    """Added tokens that are BERT's specials only (each in the vocabulary under its own id): a tokenizer.json
+    with other added tokens matches them before WordPiece, which this does not."""
+    return all(isinstance(t, dict) and t.get("special") is True and vocab.get(t.get("content")) == t.get("id")
+               for t in config.get("added_tokens", []))
