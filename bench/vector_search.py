@@ -103,16 +103,16 @@ def annoy_rows(args, folder: Path, library: np.ndarray, queries, truth, truth200
             row.update(recall_at_200=wide["recall_at_200"], p50_ms_at_200=wide["p50_ms"])
         vector_index.SEARCH_K, vector_index.SEARCH_K_FRACTION = shipped_k, shipped_fraction
         yield row
-    shipped_candidates = vector_index.CANDIDATES
-    for c in args.candidates:
-        vector_index.CANDIDATES = c
+    shipped_candidates = vector_index.CANDIDATES, vector_index.CANDIDATES_PER_RESULT
+    for c in args.candidates:   # c for 10 results (both constants: the larger of them counts)
+        vector_index.CANDIDATES, vector_index.CANDIDATES_PER_RESULT = c, max(1, c // 10)
         yield {"engine": "annoy", "size": n, "setting": f"PCA {projected}, {trees} trees, search_k "
                f"{vector_index.search_k(10, n)}, best {c} rescored", "trees": trees, "projected_dim": projected,
                "search_k": vector_index.search_k(10, n), "candidates": c,
                **measure(lambda q: index.search(q, 10, vector_index.dot_scorer(q))[0], queries, truth),
                "build_s": build_s, "build_cpu_s": build_cpu, "shipped": False,
                "disk_bytes": record.bytes + record.ann_bytes + vector_index.projection_bytes(record.dim, projected)}
-    vector_index.CANDIDATES = shipped_candidates
+    vector_index.CANDIDATES, vector_index.CANDIDATES_PER_RESULT = shipped_candidates
 
 
 def compare_rows(folder: Path, library: np.ndarray, queries, truth):
