@@ -84,8 +84,9 @@ def test_library_with_copies_forget_and_folders(tmp_path, tiny_model_dir, monkey
         [p.name for p in photos if p != photos[1]] + ["copy-of-first.jpg", photos[1].name])
 
 
-def test_ctrl_c_keeps_committed_photos_searchable(tmp_path, tiny_model_dir, monkeypatch):
-    """A first run interrupted mid-way: status and search answer from what was committed."""
+def interrupted_library(tmp_path, tiny_model_dir, monkeypatch):
+    """10 photos and a Library whose third batch of embeddings raises KeyboardInterrupt (Ctrl-C); returns the
+    library and the real embed_images, to put back."""
     from imgtxt.model.modelfile import TrainedModel
 
     monkeypatch.setenv("IMGTXT_CACHE_DIR", str(tmp_path / "cache"))
@@ -102,6 +103,14 @@ def test_ctrl_c_keeps_committed_photos_searchable(tmp_path, tiny_model_dir, monk
 
     monkeypatch.setattr(TrainedModel, "embed_images", embed_then_interrupt)
     lib = Library(tmp_path / "index", model=tiny_model_dir)
+    return lib, real
+
+
+def test_ctrl_c_keeps_committed_photos_searchable(tmp_path, tiny_model_dir, monkeypatch):
+    """A first run interrupted mid-way: status and search answer from what was committed."""
+    from imgtxt.model.modelfile import TrainedModel
+
+    lib, real = interrupted_library(tmp_path, tiny_model_dir, monkeypatch)
     with pytest.raises(imgtxt.Interrupted) as stopped:
         lib.index([tmp_path / "p"], batch_size=3)
     assert stopped.value.saved == 6 and "run `imgtxt index` again" in str(stopped.value)
@@ -120,22 +129,7 @@ def test_ctrl_c_closes_the_progress_bar_before_the_message(tmp_path, tiny_model_
 
     from tqdm import tqdm
 
-    from imgtxt.model.modelfile import TrainedModel
-
-    monkeypatch.setenv("IMGTXT_CACHE_DIR", str(tmp_path / "cache"))
-    for i in range(10):
-        write_photo(tmp_path / "p" / f"{i:02}.jpg", seed=i)
-    batches = []
-    real = TrainedModel.embed_images
-
-    def embed_then_interrupt(self, squares):
-        if len(batches) == 2:
-            raise KeyboardInterrupt
-        batches.append(len(squares))
-        return real(self, squares)
-
-    monkeypatch.setattr(TrainedModel, "embed_images", embed_then_interrupt)
-    lib = Library(tmp_path / "index", model=tiny_model_dir)
+    lib, _ = interrupted_library(tmp_path, tiny_model_dir, monkeypatch)
     try:
         lib.index([tmp_path / "p"], batch_size=3, progress=True)
     except imgtxt.Interrupted as stopped:   # the traceback keeps the run's frames, and its bar, alive here

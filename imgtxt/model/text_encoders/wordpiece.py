@@ -100,7 +100,7 @@ class AsciiWordPiece:
 
 
 def _piece(item) -> tuple[str, int]:
-    kind, value = next(iter(item.items()))
+    (value,) = item.values()   # {"SpecialToken": {...}} or {"Sequence": {...}}
     return value["id"], value["type_id"]
 
 
