@@ -321,9 +321,10 @@ class IndexRun:
             self.embed_here(to_embed)
 
     def embed_here(self, to_embed: list[Work]) -> None:
-        # Decoding costs ~4x the CNN per photo: the decoding threads get the cores, the CNN what is left.
-        # The CNN loads here, only when something needs embedding.
-        embedder = self.model.image_embedder(threads=max(1, (os.cpu_count() or 1) - self.workers))
+        # The CNN gets every core, beside the decoding threads: it runs while they wait on the next batch, and
+        # with cheap decodes (previews) it is the bottleneck (docs/indexing.md: 1.09x vs 0.74x decode only with
+        # one CNN thread on 2 cores). The CNN loads here, only when something needs embedding.
+        embedder = self.model.image_embedder(threads=os.cpu_count() or 1)
         self.summary.device = embedder.device_line
         if self.progress:  # beside the progress bar; --json carries it as "device"
             self.log(f"imgtxt: the CNN runs on {self.summary.device}")
