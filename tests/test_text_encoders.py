@@ -292,3 +292,13 @@ def test_an_ascii_query_is_encoded_without_loading_tokenizers(tmp_path):
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                          env={**__import__("os").environ, "IMGTXT_CACHE_DIR": str(tmp_path)})
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_the_numpy_minilm_stays_float32_into_the_head(tmp_path, monkeypatch):
+    """A float64 sentence vector made the head upcast its weights on every query (~10 ms of a search)."""
+    _, runtime = random_minilm(tmp_path)
+    seen = []
+    head_call = type(runtime.head).__call__
+    monkeypatch.setattr(type(runtime.head), "__call__", lambda self, x: seen.append(x.dtype) or head_call(self, x))
+    joint, sentence = runtime.encode_with_sentence([runtime.tokenize("a dog running on the beach")])
+    assert seen == [np.float32] and sentence.dtype == np.float32 and joint.dtype == np.float32
