@@ -148,5 +148,45 @@ def tune_search(model, dataset, data_dir, split, dry_run, quiet):
         click.echo(f"wrote it into {path}; run `imgtxt calibrate` again", err=True)
 
 
+
+@click.argument("model", type=PathType, required=False)
+@click.option("--dataset", default="flickr8k", show_default=True, help="flickr8k, flickr30k or coco")
+@data_dir_opt
+@click.option("--split", default="val", show_default=True, help="The split to fit on (never test).")
+@click.option("--dry-run", is_flag=True, help="Print the figures; leave the model as it is.")
+@quiet_opt
+def tune_captions(model, dataset, data_dir, split, dry_run, quiet):
+    """Fit a model's caption hubness correction.
+
+    Captions close to very many photos lose score in `imgtxt caption` and in eval's photo -> text recall.
+    Chosen on a dataset split against reference photos from its train split; written into MODEL
+    (caption_offsets.safetensors, model.json "caption_hubness"). Search and the model id are unchanged.
+
+    MODEL is a model folder (default: $IMGTXT_MODEL, else the shipped model).
+    """
+    from imgtxt.library.photo_library import load_model
+    from imgtxt.model import caption_offsets
+    from imgtxt.research.caption_fit import tune_captions as fit_captions
+
+    folder = dataset_folder(dataset, data_dir)
+    if split == "test":
+        raise UsageError("tune-captions on val (or train): the test split stays held out")
+    loaded = load_model(model)
+    try:
+        section, reference, offsets, table = fit_captions(loaded, dataset, folder, split, quiet)
+    except ValueError as e:
+        raise value_errors_are_ours(e) from None
+    for row in table:
+        click.echo(f"caption hubness top_k {row['top_k']:>3} weight {row['weight']:.2f}: i2t {row['i2t']} "
+                   f"sum {row['i2t_sum']:.2f}")
+    click.echo(f"chosen: {json.dumps({k: v for k, v in section.items() if k != 'fitted_on'})}")
+    if not dry_run:
+        try:
+            caption_offsets.write(loaded.folder, reference, offsets, section)
+        except OSError as e:
+            raise ImgtxtError(f"could not write the caption hubness into {loaded.folder}: {e}") from None
+        click.echo(f"wrote it into {loaded.folder}", err=True)
+
+
 COMMANDS = (("export-cnn", export_cnn), ("add-concepts", add_concepts), ("tune-search", tune_search),
-            ("calibrate", calibrate))
+            ("calibrate", calibrate), ("tune-captions", tune_captions))

@@ -355,9 +355,13 @@ def caption(model, vector: np.ndarray, n: int = 5, captions: list[str] | None = 
             vectors = caption_vectors(model, bank, on_compute, progress)
     else:
         bank, vectors = captions, caption_vectors(model, captions, on_compute, progress)
-    # Photo -> captions compares what the encoders say: the hubness offset is the same for every caption.
+    # Photo -> captions compares what the encoders say: the photo's hubness offset is the same for every
+    # caption; the captions' own hubness (model/caption_offsets.py) is not.
     d = model.content_dim
     scores = model.scores(vector[None, :d], vectors[:, :d])[0]
+    hubness = model.caption_hubness(len(bank) if captions is None else len(model.caption_bank()), notices)
+    if hubness is not None:
+        scores = scores - (hubness.bank_penalties() if captions is None else hubness.penalties(vectors[:, :d]))
     order = np.argsort(-scores, kind="stable")
     hits, seen = [], set()
     for i in order:

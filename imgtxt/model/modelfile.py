@@ -225,6 +225,13 @@ class TrainedModel:
         """The caption vectors the photo offsets are measured against (search_tuning)."""
         return self.caption_bank_vectors(self.hubness.get("bank_stride", 1) if self.hubness else 1)
 
+    def caption_hubness(self, bank_size: int, notices: list[str] | None = None):
+        """The captions' hubness correction (caption_offsets.py), or None. bank_size: the caption bank's length
+        (its stored offsets are checked against it)."""
+        from . import caption_offsets
+
+        return caption_offsets.load(self, bank_size, notices)
+
     @cached_property
     def image_projection(self) -> np.ndarray:
         """(embed_dim, image_dim) fp32 for indexing and evaluation; the query path never asks for it."""

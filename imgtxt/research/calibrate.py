@@ -45,9 +45,6 @@ def cache_path(model, dataset: str, split) -> Path:
 def split_vectors(model, dataset: str, data_dir: Path | str, split_name: str = "val", batch_size: int = 32,
                   quiet: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """(photo vectors (N, D), caption vectors (5N, D)) of a split, as an index and a search query compute them."""
-    from tqdm import tqdm
-
-    from imgtxt.model.images import ImageError, iter_squares
     from imgtxt.paths import writing
 
     split = load_split(dataset, data_dir, split_name)
@@ -57,26 +54,34 @@ def split_vectors(model, dataset: str, data_dir: Path | str, split_name: str = "
             return cached["images"], cached["captions"]
     except (OSError, KeyError, ValueError):
         pass
-    size = model.image_embedder().resize_size
-    images, batch = [], []
-    bar = tqdm(total=len(split), unit="photo", desc=f"{dataset} {split_name} photos", disable=quiet or None,
-               file=sys.stderr)
-    for image_path, square in iter_squares(split.image_paths, size):
-        if isinstance(square, ImageError):
-            raise ImageError(f"{image_path}: {square}")
-        batch.append(square)
-        if len(batch) == batch_size or len(images) * batch_size + len(batch) == len(split):
-            images.append(model.embed_images(np.stack(batch)).astype(np.float32))
-            bar.update(len(batch))
-            batch = []
-    bar.close()
-    # The index keeps float16 vectors: score what a search would score.
-    image_vectors = np.concatenate(images).astype(np.float16).astype(np.float32)
+    image_vectors = embed_photos(model, split.image_paths, f"{dataset} {split_name} photos", batch_size, quiet)
     caption_vectors = model.encode_query(split.captions)   # the scores a search shows
     path.parent.mkdir(parents=True, exist_ok=True)
     with writing(path) as f:   # a file object: np.savez would add ".npz" to a temporary name
         np.savez(f, images=image_vectors, captions=caption_vectors)
     return image_vectors, caption_vectors
+
+
+def embed_photos(model, image_paths: list, desc: str, batch_size: int = 32, quiet: bool = False) -> np.ndarray:
+    """(N, D) photo vectors as an index stores them: the model's CNN runtime, rounded to float16."""
+    from tqdm import tqdm
+
+    from imgtxt.model.images import ImageError, iter_squares
+
+    size = model.image_embedder().resize_size
+    images, batch = [], []
+    bar = tqdm(total=len(image_paths), unit="photo", desc=desc, disable=quiet or None, file=sys.stderr)
+    for image_path, square in iter_squares(image_paths, size):
+        if isinstance(square, ImageError):
+            raise ImageError(f"{image_path}: {square}")
+        batch.append(square)
+        if len(batch) == batch_size or len(images) * batch_size + len(batch) == len(image_paths):
+            images.append(model.embed_images(np.stack(batch)).astype(np.float32))
+            bar.update(len(batch))
+            batch = []
+    bar.close()
+    # The index keeps float16 vectors: score what a search would score.
+    return np.concatenate(images).astype(np.float16).astype(np.float32)
 
 
 # ------------------------------------------------------------------------------------------- the fit

@@ -1,0 +1,98 @@
+"""Fitting a model's caption hubness (imgtxt.model.caption_offsets) on Flickr8k: `imgtxt tune-captions`.
+
+- reference photos: every REFERENCE_STRIDE-th photo of the train split, through the model's own CNN runtime as
+  an index makes them (never the split the settings are chosen on);
+- each (top_k, weight) of a small grid is scored by the split's photo -> text recall (text -> photo does not
+  move: the penalty is the same for every photo of a caption); `center` is the median offset of the split's
+  captions; the best R@1+5+10 wins, the smaller weight on a tie;
+- the offsets of every caption-bank line are stored; the class-name lines that add-concepts appended carry the
+  centre (no penalty: the reference photos do not show most of those kinds).
+"""
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+
+from imgtxt.model.caption_offsets import penalty
+from imgtxt.model.search_tuning import photo_offsets
+
+from .datasets import CAPTIONS_PER_IMAGE, load_split
+from .metrics import evaluate_scores
+
+REFERENCE_STRIDE = 2          # 3,000 of Flickr8k's 6,000 train photos: 4.2 MB stored as int8 rows
+TOP_KS = (5, 10, 20, 40)
+WEIGHTS = (0.0, 0.5, 0.75, 1.0, 1.5)
+
+
+def fit_caption_hubness(photos: np.ndarray, captions: np.ndarray, reference: np.ndarray) -> tuple[dict, list[dict]]:
+    """photos (N, D), captions (5N, D) of the split, reference (R, D), at the model's content width.
+    -> (chosen {"top_k", "weight", "center"}, the table)."""
+    base = photos @ captions.T
+    rows, centers = [], {}
+    for k in TOP_KS:
+        offsets = photo_offsets(captions, reference, k)
+        centers[k] = float(np.median(offsets))
+        for w in WEIGHTS:
+            if w == 0 and rows:
+                continue
+            section = {"top_k": k, "weight": w, "center": centers[k]}
+            i2t = evaluate_scores(base - penalty(offsets, section)[None, :], CAPTIONS_PER_IMAGE)["i2t"]
+            recalls = [round(float(i2t[x]), 1) for x in ("r1", "r5", "r10")]
+            rows.append({"top_k": k, "weight": w, "i2t": recalls, "i2t_sum": round(float(sum(recalls)), 2)})
+    best = max(rows, key=lambda r: (r["i2t_sum"], -r["weight"]))
+    return {"top_k": best["top_k"], "weight": best["weight"], "center": round(centers[best["top_k"]], 4)}, rows
+
+
+def class_name_rows(model, bank: list[str]) -> np.ndarray:
+    """Indices of the bank lines add-concepts wrote for the classifier's classes (none without a ConSE bridge)."""
+    if model.concepts is None:
+        return np.zeros(0, np.int64)
+    from .concepts_fit import class_captions, class_lemmas
+
+    names = set(class_captions(class_lemmas()))
+    return np.array([i for i, line in enumerate(bank) if line in names], np.int64)
+
+
+def reference_photos(model, dataset: str, data_dir: Path | str, quiet: bool = False) -> np.ndarray:
+    """Every REFERENCE_STRIDE-th train photo's vector at content width (cached per model and photo list)."""
+    from imgtxt.paths import cache_dir, writing
+
+    from .calibrate import embed_photos
+
+    paths = load_split(dataset, data_dir, "train").image_paths[::REFERENCE_STRIDE]
+    digest = hashlib.sha256("\n".join(p.name for p in paths).encode("utf-8")).hexdigest()[:12]
+    cache = cache_dir() / "calibration" / f"{model.model_id}-{dataset}-reference-{digest}.npy"
+    try:
+        vectors = np.load(cache)
+    except (OSError, ValueError):
+        vectors = embed_photos(model, paths, f"{dataset} reference photos", quiet=quiet)
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        with writing(cache) as f:
+            np.save(f, vectors)
+    return np.ascontiguousarray(vectors[:, :model.content_dim], np.float32)
+
+
+def tune_captions(model, dataset: str, data_dir: Path | str, split: str = "val", quiet: bool = False):
+    """-> (section for caption_offsets.write, reference (R, D), bank offsets (B,), the table)."""
+    from imgtxt.errors import ModelError
+
+    from .calibrate import split_vectors
+
+    if model.similarity_kind != "cosine":
+        raise ModelError(f"{model.folder}: caption hubness is for cosine joint spaces, not order embeddings")
+    bank = model.caption_bank()
+    if not bank:
+        raise ModelError(f"{model.folder}: no caption bank (captions.txt) to correct")
+    d = model.content_dim
+    images, _ = split_vectors(model, dataset, data_dir, split, quiet=quiet)
+    photos = np.ascontiguousarray(images[:, :d], np.float32)
+    captions = model.encode_text(load_split(dataset, data_dir, split, check_images=False).captions)[:, :d]
+    reference = reference_photos(model, dataset, data_dir, quiet)
+    chosen, table = fit_caption_hubness(photos, np.ascontiguousarray(captions, np.float32), reference)
+    offsets = photo_offsets(model.caption_bank_vectors(), reference, chosen["top_k"])
+    offsets[class_name_rows(model, bank)] = chosen["center"]
+    section = {**chosen, "reference_stride": REFERENCE_STRIDE,
+               "fitted_on": {"dataset": dataset, "split": split, "reference": f"train photos, one in {REFERENCE_STRIDE}"}}
+    return section, reference, offsets, table

@@ -1,0 +1,166 @@
+"""The captions' hubness correction: the penalty worked out by hand, the fit demoting a hub caption, a model
+carrying it in `caption` and in eval, and a damaged file falling back to plain scores with a notice."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from test_concepts import save_with_bridge, tiny_minilm_model  # noqa: F401  (a fixture)
+
+from imgtxt.model import caption_offsets
+from imgtxt.research.caption_fit import fit_caption_hubness
+
+
+def unit(rows) -> np.ndarray:
+    a = np.asarray(rows, np.float32)
+    return a / np.linalg.norm(a, axis=1, keepdims=True)
+
+
+def test_penalty_is_weight_times_the_offset_above_the_center():
+    section = {"top_k": 2, "weight": 0.5, "center": 0.4}
+    np.testing.assert_allclose(caption_offsets.penalty([0.2, 0.4, 0.5, 0.9], section), [0, 0, 0.05, 0.25],
+                               atol=1e-7)
+
+
+def test_penalties_measure_captions_against_the_reference_photos():
+    reference = np.array([[1.0, 0.0], [0.0, 1.0], [0.6, 0.8]], np.float32)
+    hub = caption_offsets.CaptionHubness({"top_k": 2, "weight": 2.0, "center": 0.5}, reference, np.zeros(0))
+    captions = np.array([[1.0, 0.0], [0.0, 0.5]], np.float32)
+    # caption 0 scores 1.0, 0.0, 0.6 -> top 2 mean 0.8 -> 2 * (0.8 - 0.5) = 0.6; caption 1: 0, 0.5, 0.4 -> 0.45 -> 0
+    np.testing.assert_allclose(hub.penalties(captions), [0.6, 0.0], atol=1e-6)
+
+
+def test_the_fit_demotes_a_hub_caption():
+    """Photo 0's captions score 0.8 with it; caption 5 (photo 1's) scores ~0.85 with photo 0 and sits near most
+    reference photos: without the correction photo 0's best caption ranks 2nd, with it 1st."""
+    photos = unit([[1, 0, 0], [0, 1, 0]])
+    captions = unit([[0.8, 0, 0.6]] * 5 + [[0.85, 0.5, 0.15]] + [[0, 0.9, 0.436]] * 4)
+    reference = unit([[0.85, 0.5, 0.15]] * 5 + [[0, 0, 1]] * 5)
+    chosen, table = fit_caption_hubness(photos, captions, reference)
+    assert table[0]["weight"] == 0 and table[0]["i2t"][0] == 50.0
+    assert chosen["weight"] > 0 and max(r["i2t_sum"] for r in table) == 300.0
+    top_k = chosen["top_k"]
+    offsets = np.sort(captions @ reference.T, axis=1)[:, -top_k:].mean(axis=1)
+    assert chosen["center"] == pytest.approx(float(np.median(offsets)), abs=1e-4)
+
+
+@pytest.fixture()
+def model_with_hubness(tiny_minilm_model):  # noqa: F811
+    from imgtxt.model.modelfile import TrainedModel
+
+    src = TrainedModel.load(tiny_minilm_model)
+    bank = ["a dog", "a red car", "two people on a bench", "a child on a swing"]
+    folder = save_with_bridge(src, tiny_minilm_model.parent / "hub", np.random.default_rng(0), bank=bank)
+    model = TrainedModel.load(folder)
+    rng = np.random.default_rng(2)
+    reference = unit(rng.normal(size=(6, model.content_dim)))
+    section = {"top_k": 2, "weight": 1.5, "center": 0.0, "reference_stride": 1}
+    offsets = np.array([0.3, -0.2, 0.1, 0.5], np.float32)
+    caption_offsets.write(folder, reference, offsets, section)
+    return TrainedModel.load(folder), bank, offsets
+
+
+def test_caption_ranks_the_bank_by_score_minus_its_stored_penalty(model_with_hubness):
+    from imgtxt.library.query import caption
+
+    model, bank, offsets = model_with_hubness
+    vector = unit(np.random.default_rng(3).normal(size=(1, model.vector_dim)))[0]
+    d = model.content_dim
+    plain = model.encode_text(bank)[:, :d] @ vector[:d]
+    expected = plain - 1.5 * np.maximum(offsets, 0)
+    hits = caption(model, vector, n=4)
+    assert [h.value for h in hits] == [bank[i] for i in np.argsort(-expected, kind="stable")]
+    np.testing.assert_allclose(sorted(h.score for h in hits), sorted(expected), atol=2e-2)  # int8 bank vectors
+
+    own = ["a dog", "a cat"]   # a caption list of one's own: offsets measured against the stored reference
+    hub = model.caption_hubness(len(bank))
+    own_vectors = model.encode_text(own)[:, :d]
+    reference = hub.reference
+    own_offsets = np.sort(own_vectors @ reference.T, axis=1)[:, -2:].mean(axis=1)
+    want = own_vectors @ vector[:d] - 1.5 * np.maximum(own_offsets, 0)
+    got = {h.value: h.score for h in caption(model, vector, n=2, captions=own)}
+    np.testing.assert_allclose([got[c] for c in own], want, atol=1e-4)
+
+
+def test_eval_applies_the_penalty_to_photo_to_text_only(model_with_hubness):
+    from imgtxt.research.evaluate import search_and_caption_scores
+    from imgtxt.research.metrics import evaluate_scores
+
+    model, bank, _ = model_with_hubness
+    rng = np.random.default_rng(4)
+    images = model.encode_raw_images(rng.normal(size=(3, model.features["raw_dim"])).astype(np.float32))
+    texts = [f"caption {i} of a photo" for i in range(15)]
+    captions = model.encode_text(texts)
+    penalties = model.caption_hubness(len(bank)).penalties(captions[:, :model.content_dim])
+    assert penalties.max() > 0   # the check below must be able to fail
+    got = search_and_caption_scores(model, images, texts, captions)
+    scores = model.scores(images, captions)
+    assert got["i2t"] == evaluate_scores(scores - penalties[None, :])["i2t"]
+    assert got["t2i"] == evaluate_scores(scores)["t2i"]
+
+
+@pytest.mark.parametrize("damage, says", [("garble", "damaged"), ("captions", "stale"), ("missing", "missing")])
+def test_a_damaged_file_gives_plain_scores_and_a_notice(model_with_hubness, damage, says):
+    from imgtxt.library.query import caption
+
+    model, bank, _ = model_with_hubness
+    path = model.folder / caption_offsets.FILE
+    if damage == "garble":
+        data = bytearray(path.read_bytes())
+        data[-10] ^= 0xFF
+        path.write_bytes(bytes(data))
+    elif damage == "captions":
+        (model.folder / "captions.txt").write_text("\n".join(bank[::-1]) + "\n")
+    else:
+        path.unlink()
+    notices: list[str] = []
+    assert caption_offsets.load(model, len(bank), notices) is None
+    assert len(notices) == 1 and says in notices[0] and "\n" not in notices[0]
+    vector = unit(np.random.default_rng(3).normal(size=(1, model.vector_dim)))[0]
+    hits = caption(model, vector, n=4, notices=notices)
+    assert len(hits) == 4
+
+
+def test_a_bad_section_is_named(model_with_hubness):
+    model, bank, _ = model_with_hubness
+    config = json.loads((model.folder / "model.json").read_text())
+    config["caption_hubness"]["top_k"] = 0
+    model.config["caption_hubness"] = config["caption_hubness"]
+    notices: list[str] = []
+    assert caption_offsets.load(model, len(bank), notices) is None
+    assert "top_k" in notices[0]
+
+
+def test_tune_captions_command_refuses_test_then_dry_runs_then_writes(model_with_hubness, tmp_path, monkeypatch):
+    """The command end to end, its fit stubbed (the fit itself: test_the_fit_demotes_a_hub_caption)."""
+    from click.testing import CliRunner
+
+    from imgtxt.cli.main import app
+    from imgtxt.research import caption_fit
+
+    model, bank, _ = model_with_hubness
+    (model.folder / caption_offsets.FILE).unlink()
+    config = json.loads((model.folder / "model.json").read_text())
+    config.pop("caption_hubness")
+    (model.folder / "model.json").write_text(json.dumps(config))
+    reference = unit(np.random.default_rng(5).normal(size=(3, model.content_dim)))
+    section = {"top_k": 2, "weight": 0.5, "center": 0.1, "reference_stride": 2, "fitted_on": {"split": "val"}}
+    table = [{"top_k": 2, "weight": 0.5, "i2t": [1.0, 2.0, 3.0], "i2t_sum": 6.0}]
+    monkeypatch.setattr(caption_fit, "tune_captions",
+                        lambda *a, **k: (section, reference, np.arange(len(bank), dtype=np.float32), table))
+    (tmp_path / "data").mkdir()
+    args = ["tune-captions", str(model.folder), "--data-dir", str(tmp_path / "data")]
+    runner = CliRunner()
+    refused = runner.invoke(app, args + ["--split", "test"])
+    assert refused.exit_code != 0 and "held out" in refused.stderr
+    dry = runner.invoke(app, args + ["--dry-run"])
+    assert dry.exit_code == 0, dry.stderr
+    assert "sum 6.00" in dry.stdout and not (model.folder / caption_offsets.FILE).exists()
+    done = runner.invoke(app, args)
+    assert done.exit_code == 0, done.stderr
+    from imgtxt.model.modelfile import TrainedModel
+
+    hub = TrainedModel.load(model.folder).caption_hubness(len(bank))
+    np.testing.assert_allclose(hub.bank_penalties(), 0.5 * np.maximum(np.arange(len(bank)) - 0.1, 0), atol=1e-6)
+    np.testing.assert_allclose(hub.reference, reference, atol=0.01)   # int8 rows
