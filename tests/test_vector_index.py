@@ -395,3 +395,32 @@ def test_order_similarity_is_scored_by_the_models_own_function(tmp_path):
     stored = decode_vectors([r[0] for r in conn.execute("SELECT embedding FROM photos ORDER BY id")], DIM)
     expected = order_scores(stored, query)[:, 0]
     assert list(ids) == list(np.argsort(-expected, kind="stable")[:5] + 1)
+
+
+def test_row_files_are_sampled_from_a_megabyte_and_whole_file_digests_of_before_still_check(tmp_path, monkeypatch):
+    """The .vec and .add rows get a sampled digest above ROWS_FULL_DIGEST_BYTES (a cold search no longer hashes
+    5.6 MB at 1,000 photos); an index whose record holds a whole-file digest (written before) still checks, and
+    a changed byte in a sampled block is still caught."""
+    monkeypatch.setattr(vector_index, "ROWS_FULL_DIGEST_BYTES", 4096)
+    store = Store(tmp_path)
+    add(store, clustered(600, 0))                                        # 600 x (8 + 16 x 4) bytes: sampled
+    vector_build.sync(store, "m", DIM, "cosine")
+    add(store, clustered(60, 1), start=600)                              # 60 x 72 bytes appended: sampled
+    assert vector_build.sync(store, "m", DIM, "cosine").action == "appended"
+    record = vector_index.Record.from_meta(read_meta(open_readonly(tmp_path)))
+    assert record.digest.startswith("sampled:") and record.add_digest.startswith("sampled:")
+    assert record.valid_for(tmp_path, "m", DIM)
+
+    whole = vector_index.digest(record.main_path(tmp_path), record.bytes, sampled=False)
+    assert not whole.startswith("sampled:")
+    store.set_meta(vec_digest=whole)                                     # as the previous version recorded it
+    record = vector_index.Record.from_meta(read_meta(open_readonly(tmp_path)))
+    assert record.valid_for(tmp_path, "m", DIM)
+    store.set_meta(vec_digest=vector_index.rows_digest(record.main_path(tmp_path), record.bytes))
+
+    path = record.main_path(tmp_path)
+    data = bytearray(path.read_bytes())
+    data[100] ^= 0xFF                                                    # inside the first sampled block
+    path.write_bytes(bytes(data))
+    record = vector_index.Record.from_meta(read_meta(open_readonly(tmp_path)))
+    assert not record.valid_for(tmp_path, "m", DIM)

@@ -19,7 +19,7 @@ from . import (
     vector_index,  # its tuning constants are read through the module, so tests and bench/ can vary them
 )
 from .store import now_precise, vector_chunks
-from .vector_index import Record, add_row_dtype, digest, exact_bytes, file_stem, projected_dim
+from .vector_index import Record, add_row_dtype, digest, exact_bytes, file_stem, projected_dim, rows_digest
 
 
 def kind_for(count: int, similarity: str) -> str:
@@ -57,7 +57,7 @@ def write_build(index_dir: Path, stem: str, chunks, model_id: str, dim: int, cou
     ids.flush()
     del ids, vectors
     _fsync(tmp)
-    record = Record(model_id, stem, "exact", count, 0, dim, size, 0, count, digest=digest(tmp, size))
+    record = Record(model_id, stem, "exact", count, 0, dim, size, 0, count, digest=rows_digest(tmp, size))
     if kind != "exact":
         _write_annoy(index_dir, stem, np.memmap(tmp, "<f4", "r", count * 8, (count, dim)), record)
         os.replace(index_dir / f"{stem}.proj.tmp", index_dir / f"{stem}.proj")
@@ -192,7 +192,7 @@ def sync(store, model_id: str, dim: int, similarity: str) -> Synced:
         appended = _append(index_dir, record, store, model_id)
         new = Record(**{**record.__dict__, "add": record.add + appended, "live": live, "max_id": max_id,
                         "synced_at": synced_at, "generation": generation})
-        new.add_digest = digest(new.add_path(index_dir), new.add_bytes())
+        new.add_digest = rows_digest(new.add_path(index_dir), new.add_bytes())
         if new.kind == "exact" and kind_for(live, similarity) != "exact":   # (an Annoy build that shrinks stays)
             reason = f"{live} photos are past exact search ({vector_index.EXACT_MAX})"
         elif new.add > vector_index.REBUILD_FRACTION * new.count:
