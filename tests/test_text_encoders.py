@@ -162,11 +162,14 @@ def test_loading_is_lazy_and_never_rehashes(tmp_path, monkeypatch):
     doc = json.loads((tmp_path / "m" / "model.json").read_text())
     assert len(doc["weights_sha256"]) == 64
 
-    import hashlib
+    import types
+
+    from imgtxt.model import model_config
 
     def no_hashing(*args, **kwargs):
         raise AssertionError("the model file was hashed on load")
-    monkeypatch.setattr(hashlib, "sha256", no_hashing)
+    # where the weights are hashed (the tokenizer's vocabulary cache hashes tokenizer.json, a few hundred KB)
+    monkeypatch.setattr(model_config, "hashlib", types.SimpleNamespace(sha256=no_hashing))
     loaded = TrainedModel.load(tmp_path / "m")
     assert loaded.model_id.endswith(doc["weights_sha256"][:12])
     loaded.encode_text(["a dog"])
@@ -302,3 +305,42 @@ def test_the_numpy_minilm_stays_float32_into_the_head(tmp_path, monkeypatch):
     monkeypatch.setattr(type(runtime.head), "__call__", lambda self, x: seen.append(x.dtype) or head_call(self, x))
     joint, sentence = runtime.encode_with_sentence([runtime.tokenize("a dog running on the beach")])
     assert seen == [np.float32] and sentence.dtype == np.float32 and joint.dtype == np.float32
+
+
+def test_the_vocabulary_cache_gives_the_same_tokenizer_and_survives_damage(tmp_path, monkeypatch):
+    """A second load reads the vocabulary's lines from the cache (tokenizer.json is not parsed) and splits
+    exactly as the first; a garbled, emptied or unwritable cache falls back to parsing, same tokens."""
+    from imgtxt.model.text_encoders import wordpiece
+
+    monkeypatch.setenv("IMGTXT_CACHE_DIR", str(tmp_path / "cache"))
+    source, max_length = SHIPPED_TOKENIZER.read_bytes(), minilm.ARCH["max_length"]
+    first = wordpiece.load(source, max_length)
+    (cached,) = (tmp_path / "cache" / "tokenizers").glob("*.txt")
+    texts = ascii_texts()[:300] + ["a dog running on the beach", "[CLS] not special here", "x" * 150]
+
+    loads = json.loads
+
+    def parse(text, *args, **kwargs):
+        if len(text) > 100_000:
+            raise AssertionError("tokenizer.json was parsed although its vocabulary is cached")
+        return loads(text, *args, **kwargs)
+    with monkeypatch.context() as m:
+        m.setattr(json, "loads", parse)
+        second = wordpiece.load(source, max_length)
+    assert second.vocab == first.vocab and second.added == first.added
+    assert [second.encode(t) for t in texts] == [first.encode(t) for t in texts]
+
+    data = bytearray(cached.read_bytes())
+    data[data.index(b"\nrunning\n") + 1] ^= 0x20                          # "Running": valid, but its sha256 differs
+    for damaged in (bytes(data), b"", b"{}\n", b"not json\n[PAD]"):
+        cached.write_bytes(damaged)
+        again = wordpiece.load(source, max_length)
+        assert [again.encode(t) for t in texts] == [first.encode(t) for t in texts]
+        assert cached.read_bytes() not in (damaged, b"")                  # rewritten
+
+    cached.unlink()
+    (tmp_path / "cache" / "tokenizers").chmod(0o500)                      # unwritable: parsed every time
+    try:
+        assert wordpiece.load(source, max_length).vocab == first.vocab
+    finally:
+        (tmp_path / "cache" / "tokenizers").chmod(0o700)

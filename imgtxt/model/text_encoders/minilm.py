@@ -19,7 +19,7 @@ from imgtxt.errors import ModelError
 
 from . import TextSetup, positive_int
 from .head import NumpyHead, head_tensor_names, head_tensor_shapes
-from .wordpiece import AsciiWordPiece
+from . import wordpiece
 
 PREFIX, HEAD_PREFIX = "minilm.", "text_head"
 ARCH = {"layers": 6, "hidden": 384, "heads": 12, "intermediate": 1536, "max_length": 128, "layer_norm_eps": 1e-12}
@@ -184,7 +184,7 @@ class Runtime:
         # ASCII queries are split in Python (wordpiece.py: a cold search need not load `tokenizers`); other text,
         # and a tokenizer.json that is not BERT's plain uncased setup, go to `tokenizers`, loaded here or when needed
         try:
-            self.ascii = AsciiWordPiece.from_tokenizer_json(json.loads(self._source), text_config["max_length"])
+            self.ascii = wordpiece.load(self._source, text_config["max_length"])
         except (ValueError, RecursionError):
             self.ascii = None
         self._tokenizer = None
