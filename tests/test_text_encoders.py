@@ -344,3 +344,14 @@ def test_the_vocabulary_cache_gives_the_same_tokenizer_and_survives_damage(tmp_p
         assert wordpiece.load(source, max_length).vocab == first.vocab
     finally:
         (tmp_path / "cache" / "tokenizers").chmod(0o700)
+
+
+@pytest.mark.parametrize("rows, batch", [(300, 1), (128, 5), (7, 3)])
+def test_int8_matmul_by_blocks_equals_the_dequantized_product(rows, batch):
+    from imgtxt.model.tensor_file import int8_matmul, quantize_rows
+
+    rng = np.random.default_rng(rows)
+    q, scale = quantize_rows(rng.normal(size=(rows, 48)).astype(np.float32))
+    x = rng.normal(size=(batch, 48)).astype(np.float32)
+    expected = x @ (q.astype(np.float32) * scale[:, None]).T
+    np.testing.assert_allclose(int8_matmul(x, q, scale), expected, rtol=1e-5, atol=1e-5)

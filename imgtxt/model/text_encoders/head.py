@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..tensor_file import int8_matmul
+
 
 def head_tensor_names(prefix: str, kind: str) -> list[str]:
     names = [f"{prefix}.linear.weight", f"{prefix}.linear.bias"]
@@ -19,23 +21,40 @@ def head_tensor_shapes(prefix: str, kind: str, in_dim: int, out_dim: int, hidden
     return shapes
 
 
+class Weight:
+    """An (out, in) matrix as the model stores it, applied as x @ W.T. int8 rows are cast block by block at each
+    use (tensor_file.int8_matmul): dequantising the three head matrices when the model loaded was ~7 ms of a cold
+    search, and a query's matmuls are small."""
+
+    def __init__(self, tensors, name: str):
+        stored = getattr(tensors, "stored", None)
+        if stored is not None and name + ".scale" in tensors:
+            self.matrix, self.scale = stored(name), np.asarray(stored(name + ".scale"), np.float32)
+        else:
+            self.matrix, self.scale = np.asarray(tensors[name], dtype=np.float32), None
+        self.shape = self.matrix.shape
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        if self.scale is None:
+            return x @ self.matrix.T   # a transposed view: BLAS reads either layout
+        return int8_matmul(x, self.matrix, self.scale)
+
+
 class NumpyHead:
     def __init__(self, tensors, prefix: str, kind: str):
         self.kind = kind
-        get = lambda name: np.asarray(tensors[f"{prefix}.{name}"], dtype=np.float32)  # noqa: E731
-        # Transposed views, not copies: BLAS reads either layout at the same speed, and the copies of the
-        # (out, in) matrices were ~9 ms of a cold search's ~120 ms beyond importing numpy.
-        self.w, self.b = get("linear.weight").T, get("linear.bias")
+        bias = lambda name: np.asarray(tensors[f"{prefix}.{name}"], dtype=np.float32)  # noqa: E731
+        self.w, self.b = Weight(tensors, f"{prefix}.linear.weight"), bias("linear.bias")
         if kind == "mlp":
-            self.w1, self.b1 = get("hidden.weight").T, get("hidden.bias")
-            self.w2, self.b2 = get("out.weight").T, get("out.bias")
+            self.w1, self.b1 = Weight(tensors, f"{prefix}.hidden.weight"), bias("hidden.bias")
+            self.w2, self.b2 = Weight(tensors, f"{prefix}.out.weight"), bias("out.bias")
 
     @property
     def out_dim(self) -> int:
-        return self.w.shape[1]
+        return self.w.shape[0]
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
-        y = x @ self.w + self.b
+        y = self.w(x) + self.b
         if self.kind == "mlp":
-            y += np.maximum(x @ self.w1 + self.b1, 0) @ self.w2 + self.b2
+            y += self.w2(np.maximum(self.w1(x) + self.b1, 0)) + self.b2
         return y

@@ -17,9 +17,9 @@ import numpy as np
 
 from imgtxt.errors import ModelError
 
-from . import TextSetup, positive_int
+from ..tensor_file import int8_matmul
+from . import TextSetup, positive_int, wordpiece
 from .head import NumpyHead, head_tensor_names, head_tensor_shapes
-from . import wordpiece
 
 PREFIX, HEAD_PREFIX = "minilm.", "text_head"
 ARCH = {"layers": 6, "hidden": 384, "heads": 12, "intermediate": 1536, "max_length": 128, "layer_norm_eps": 1e-12}
@@ -209,13 +209,12 @@ class Runtime:
         return self._cache[name]
 
     def _dense(self, x: np.ndarray, name: str) -> np.ndarray:
-        """x @ W.T + b for a (out, in) weight as stored. An int8 matrix is cast on every call (1-2 ms for all
-        36 here, from the memory-mapped file) and its per-row scale applied to the output: dequantising and
-        keeping 42 MB of fp32 copies was most of a cold search's text encoding (first-touch page faults)."""
+        """x @ W.T + b for a (out, in) weight as stored. An int8 matrix is cast block by block on every call
+        (tensor_file.int8_matmul), its per-row scale applied to the output: dequantising and keeping 42 MB of
+        fp32 copies was most of a cold search's text encoding (first-touch page faults)."""
         full = PREFIX + name + ".weight"
         if hasattr(self.tensors, "stored") and full + ".scale" in self.tensors:
-            y = x @ np.asarray(self.tensors.stored(full), dtype=np.float32).T
-            y *= self.tensors.stored(full + ".scale")
+            y = int8_matmul(x, self.tensors.stored(full), self.tensors.stored(full + ".scale"))
         else:
             y = x @ self._w(name + ".weight").T
         return y + self._w(name + ".bias")
