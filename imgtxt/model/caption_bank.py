@@ -61,6 +61,21 @@ def write_caption_vectors(folder: Path | str, vectors: np.ndarray, storage: str 
     return record
 
 
+def recorded_file_problem(folder: Path, record: dict) -> str | None:
+    """Why a file that model.json records beside the caption bank ({"file", "sha256", "captions_sha256"}) cannot
+    be trusted, or None. Raises KeyError / TypeError / OSError for a record or a file that cannot be read."""
+    path = folder / str(record["file"])
+    if path.name != record["file"] or path.name.startswith("."):
+        return "model.json names an odd file"
+    if not path.is_file():
+        return "listed in model.json but missing"
+    if file_sha256(path) != record["sha256"]:
+        return "damaged (its sha256 differs from model.json's)"
+    if file_sha256(folder / "captions.txt") != record["captions_sha256"]:
+        return "stale (captions.txt changed since it was made)"
+    return None
+
+
 def read_caption_vectors(model, bank: list[str], notices: list[str] | None = None) -> np.ndarray | None:
     """The stored vectors of `model`'s caption bank as float32 (len(bank), dim), or None when the model has none
     or they cannot be trusted (then a one-line reason goes to `notices` and the caller embeds the bank)."""
@@ -77,16 +92,10 @@ def read_caption_vectors(model, bank: list[str], notices: list[str] | None = Non
             notices.append(f"{folder / VECTORS_FILE}: {reason}; embedding the caption bank instead")
 
     try:
-        path = folder / str(record["file"])
-        if path.name != record["file"] or path.name.startswith("."):
-            return refuse("model.json names an odd caption vectors file")
-        if not path.is_file():
-            return refuse("listed in model.json but missing")
-        if file_sha256(path) != record["sha256"]:
-            return refuse("damaged (its sha256 differs from model.json's)")
-        if file_sha256(folder / "captions.txt") != record["captions_sha256"]:
-            return refuse("stale (captions.txt changed since it was made)")
-        tensors = load_file(str(path))
+        problem = recorded_file_problem(folder, record)
+        if problem:
+            return refuse(problem)
+        tensors = load_file(str(folder / record["file"]))
         vectors = tensors["vectors"].astype(np.float32)
         if "vectors.scale" in tensors:
             vectors *= tensors["vectors.scale"].astype(np.float32)[:, None]

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .caption_bank import file_sha256
+from .caption_bank import file_sha256, recorded_file_problem
 from .search_tuning import photo_offsets
 
 FILE = "caption_offsets.safetensors"
@@ -109,14 +109,10 @@ def load(model, bank_size: int, notices: list[str] | None = None) -> CaptionHubn
     if reason:
         return refuse(reason)
     try:
-        path = folder / section["file"]
-        if path.name != section["file"] or path.name.startswith(".") or not path.is_file():
-            return refuse("missing, or model.json names an odd file")
-        if file_sha256(path) != section["sha256"]:
-            return refuse("damaged (its sha256 differs from model.json's)")
-        if file_sha256(folder / "captions.txt") != section["captions_sha256"]:
-            return refuse("stale (captions.txt changed since it was made)")
-        tensors = load_file(str(path))
+        problem = recorded_file_problem(folder, section)
+        if problem:
+            return refuse(problem)
+        tensors = load_file(str(folder / section["file"]))
         reference = tensors["reference"].astype(np.float32) * tensors["reference.scale"].astype(np.float32)[:, None]
         bank = tensors["bank"].astype(np.float32)
         if reference.ndim != 2 or reference.shape[1] != model.content_dim or bank.shape != (bank_size,):
