@@ -164,3 +164,16 @@ def test_tune_captions_command_refuses_test_then_dry_runs_then_writes(model_with
     hub = TrainedModel.load(model.folder).caption_hubness(len(bank))
     np.testing.assert_allclose(hub.bank_penalties(), 0.5 * np.maximum(np.arange(len(bank)) - 0.1, 0), atol=1e-6)
     np.testing.assert_allclose(hub.reference, reference, atol=0.01)   # int8 rows
+
+
+def test_offsets_that_are_not_finite_are_refused(model_with_hubness):
+    """A model folder whose file and record agree but hold NaN: refused with a notice, not NaN scores."""
+    model, bank, _ = model_with_hubness
+    reference = np.ones((3, model.content_dim), np.float32)
+    caption_offsets.write(model.folder, reference, np.array([0.1, np.nan, 0.2, 0.3], np.float32),
+                          {"top_k": 2, "weight": 1.0, "center": 0.0, "reference_stride": 1})
+    from imgtxt.model.modelfile import TrainedModel
+
+    notices: list[str] = []
+    assert TrainedModel.load(model.folder).caption_hubness(len(bank), notices) is None
+    assert "not finite" in notices[0]

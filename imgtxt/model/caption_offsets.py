@@ -118,6 +118,8 @@ def load(model, bank_size: int, notices: list[str] | None = None) -> CaptionHubn
         if reference.ndim != 2 or reference.shape[1] != model.content_dim or bank.shape != (bank_size,):
             return refuse(f"holds {reference.shape} reference rows and {bank.shape} offsets for a "
                           f"{model.content_dim}-wide model with {bank_size} captions")
+        if not (np.isfinite(reference).all() and np.isfinite(bank).all()):
+            return refuse("holds values that are not finite numbers")
     except (KeyError, TypeError, ValueError, OSError, SafetensorError) as e:
         return refuse(f"unreadable ({type(e).__name__}: {e})")
     return CaptionHubness(section, np.ascontiguousarray(reference), bank)
