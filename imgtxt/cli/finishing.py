@@ -1,5 +1,6 @@
 """The commands that finish a trained model before it ships: its CNN graph (export-cnn), the ConSE bridge
-(add-concepts), the search corrections (tune-search), the score calibration (calibrate). Registered with the research commands (research.py)."""
+(add-concepts), the search corrections (tune-search), the score calibration (calibrate), the caption hubness
+(tune-captions). Registered with the research commands (research.py)."""
 from __future__ import annotations
 
 import json
@@ -16,6 +17,21 @@ from .options import (
     quiet_opt,
     value_errors_are_ours,
 )
+
+
+def _fit_on_split(command: str, model, dataset, data_dir, split, fit):
+    """(the loaded model, fit(model, dataset folder)) for a command that fits settings on a split: never the test
+    split, and a ValueError from the fit is one line."""
+    from imgtxt.library.photo_library import load_model
+
+    folder = dataset_folder(dataset, data_dir)
+    if split == "test":
+        raise UsageError(f"{command} on val (or train): the test split stays held out")
+    loaded = load_model(model)
+    try:
+        return loaded, fit(loaded, folder)
+    except ValueError as e:
+        raise value_errors_are_ours(e) from None
 
 
 @click.argument("model", type=PathType, required=False)
@@ -84,20 +100,13 @@ def calibrate(model, dataset, data_dir, split, top, strong_removed, possible_rem
 
     MODEL is a model folder (default: $IMGTXT_MODEL, else the shipped model).
     """
-    from imgtxt.library.photo_library import load_model
     from imgtxt.research.calibrate import calibrate as fit_calibration
     from imgtxt.research.calibrate import format_figures, write_calibration
 
-    folder = dataset_folder(dataset, data_dir)
-    if split == "test":
-        raise UsageError("calibrate on val (or train): the test split stays held out")
     if strong_removed > possible_removed:
         raise UsageError("--strong-removed must not exceed --possible-removed")
-    loaded = load_model(model)
-    try:
-        fitted = fit_calibration(loaded, dataset, folder, split, top, strong_removed, possible_removed, quiet)
-    except ValueError as e:
-        raise value_errors_are_ours(e) from None
+    loaded, fitted = _fit_on_split("calibrate", model, dataset, data_dir, split, lambda m, folder: fit_calibration(
+        m, dataset, folder, split, top, strong_removed, possible_removed, quiet))
     click.echo(format_figures(fitted))
     if not dry_run:
         try:
@@ -121,18 +130,11 @@ def tune_search(model, dataset, data_dir, split, dry_run, quiet):
 
     MODEL is a model folder (default: $IMGTXT_MODEL, else the shipped model).
     """
-    from imgtxt.library.photo_library import load_model
     from imgtxt.research.search_fit import tune_search as fit_search
     from imgtxt.research.search_fit import write_search
 
-    folder = dataset_folder(dataset, data_dir)
-    if split == "test":
-        raise UsageError("tune-search on val (or train): the test split stays held out")
-    loaded = load_model(model)
-    try:
-        section = fit_search(loaded, dataset, folder, split, quiet)
-    except ValueError as e:
-        raise value_errors_are_ours(e) from None
+    loaded, section = _fit_on_split("tune-search", model, dataset, data_dir, split,
+                                    lambda m, folder: fit_search(m, dataset, folder, split, quiet))
     table = section["fitted_on"]
     for row in table["hubness_table"]:
         click.echo(f"hubness top_k {row['top_k']:>3} weight {row['weight']:.2f}: t2i {row['t2i']} sum {row['t2i_sum']:.2f}")
@@ -164,18 +166,12 @@ def tune_captions(model, dataset, data_dir, split, dry_run, quiet):
 
     MODEL is a model folder (default: $IMGTXT_MODEL, else the shipped model).
     """
-    from imgtxt.library.photo_library import load_model
     from imgtxt.model import caption_offsets
     from imgtxt.research.caption_fit import tune_captions as fit_captions
 
-    folder = dataset_folder(dataset, data_dir)
-    if split == "test":
-        raise UsageError("tune-captions on val (or train): the test split stays held out")
-    loaded = load_model(model)
-    try:
-        section, reference, offsets, table = fit_captions(loaded, dataset, folder, split, quiet)
-    except ValueError as e:
-        raise value_errors_are_ours(e) from None
+    loaded, (section, reference, offsets, table) = _fit_on_split(
+        "tune-captions", model, dataset, data_dir, split,
+        lambda m, folder: fit_captions(m, dataset, folder, split, quiet))
     for row in table:
         click.echo(f"caption hubness top_k {row['top_k']:>3} weight {row['weight']:.2f}: i2t {row['i2t']} "
                    f"sum {row['i2t_sum']:.2f}")
