@@ -139,3 +139,25 @@ def test_full_network_embedding_pipeline():
     assert fne.dtype == np.int8 and set(np.unique(fne)) <= {-1, 0, 1}
     np.testing.assert_array_equal(fne, discretize(standardize(train, stats)))
     assert np.allclose(np.linalg.norm(l2_normalize(train), axis=1), 1.0)
+
+
+def test_fp32_turns_tf32_off_for_the_pass_only(monkeypatch):
+    """cuDNN's convolutions use TF32 by default; "fp32" features on CUDA must not (on an H200 they moved by 4e-2
+    from the CPU's). The flags are off during the network's pass and as they were after it."""
+    import imgtxt.model.fne as fne
+
+    seen = []
+    extractor = RawFeatureExtractor(load_backbone("efficientnet_lite0", "random"), "all", 1, device="cpu",
+                                    precision="fp32")
+    monkeypatch.setattr(extractor, "net", lambda x: seen.append(
+        (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32)))
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = True
+    try:
+        extractor._run(np.zeros((1, 256, 256, 3), np.uint8))
+        assert seen == [(True, True)]              # on the CPU: untouched (the CUDA pass needs a GPU to test)
+        with fne._tf32(torch, allowed=False):
+            assert (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32) == (False, False)
+        assert (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32) == (True, True)
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved

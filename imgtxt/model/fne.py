@@ -10,6 +10,7 @@ Steps 2-3 are numpy so they can run without torch; step 1 needs torch (RawFeatur
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -71,13 +72,25 @@ def l2_normalize(x: np.ndarray) -> np.ndarray:
 
 # ---------------------------------------------------------------- raw features (torch)
 
+@contextmanager
+def _tf32(torch, allowed: bool):
+    """TF32 in cuDNN's convolutions and in matrix products on or off for a block, then as it was."""
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = allowed
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+
+
 class RawFeatureExtractor:
     """Spatially averaged activations of a layer set, averaged over 1 or 10 crops.
 
     Input: uint8 RGB images already squashed to resize_size x resize_size (`images.load_square`).
     Precision "auto": CUDA -> fp16 autocast; CPU -> bf16 autocast + channels_last (AMX makes this
     several times faster; `bench/fne_speed.py` measures it and the agreement of the discretized
-    features with fp32). "fp32" turns both off.
+    features with fp32). "fp32" turns both off, and on CUDA TF32 as well: cuDNN's convolutions use TF32 by
+    default, which moved raw features by up to 4e-2 from the CPU's on an H200 (docs/seed-systems.md).
     """
 
     def __init__(self, backbone, layer_set: str = "all", crops: int = 10, device: str | None = None,
@@ -144,7 +157,9 @@ class RawFeatureExtractor:
             x = x.contiguous(memory_format=torch.channels_last)
         dtype = torch.float16 if self.device.type == "cuda" else torch.bfloat16
         self._outputs = []
-        with torch.inference_mode(), torch.autocast(self.device.type, dtype=dtype, enabled=autocast):
+        strict = self.device.type == "cuda" and self.precision == "fp32"
+        with torch.inference_mode(), torch.autocast(self.device.type, dtype=dtype, enabled=autocast), \
+                _tf32(torch, allowed=not strict):
             self.net(x)
         self._last_outputs = self._outputs
         self._outputs = []
