@@ -424,3 +424,76 @@ def test_row_files_are_sampled_from_a_megabyte_and_whole_file_digests_of_before_
     path.write_bytes(bytes(data))
     record = vector_index.Record.from_meta(read_meta(open_readonly(tmp_path)))
     assert not record.valid_for(tmp_path, "m", DIM)
+
+
+def hashed_files(monkeypatch) -> list[str]:
+    """Names of the files a search hashes (vector_index.digest calls)."""
+    seen, real = [], vector_index.digest
+    monkeypatch.setattr(vector_index, "digest", lambda path, *a, **k: seen.append(path.name) or real(path, *a, **k))
+    return seen
+
+
+def test_files_unchanged_since_their_stamp_are_not_hashed_and_any_write_brings_the_digest_back(tmp_path, kind,
+                                                                                                monkeypatch):
+    store = Store(tmp_path)
+    add(store, clustered(300, 0))
+    vector_build.sync(store, "m", DIM, "cosine")
+    add(store, clustered(10, 1), start=300)
+    assert vector_build.sync(store, "m", DIM, "cosine").action == "appended"
+    hashed = hashed_files(monkeypatch)
+    query = clustered(1, 7)[0]
+    assert same(search(tmp_path, query, 10)[1], exact(tmp_path, query, 10)) and hashed == []
+
+    # A write that keeps the size, and even puts the mtime back, changes the ctime: hashed, caught, exact answers.
+    target = max(tmp_path.glob("vectors-*.ann" if kind == "annoy" else "vectors-*.vec"), key=os.path.getsize)
+    st = target.stat()
+    with open(target, "r+b") as f:
+        f.seek(st.st_size // 2)
+        f.write(b"\xff" * 64)
+    os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
+    conn, notices = open_readonly(tmp_path), []
+    assert isinstance(vector_index.open_vectors(tmp_path, read_meta(conn), conn, "m", DIM, notices),
+                      vector_index.ExactFromRows)
+    assert target.name in hashed and len(notices) == 1 and "content differs" in notices[0]
+    assert same(search(tmp_path, query, 10)[1], exact(tmp_path, query, 10))
+
+    # The .add file has a stamp of its own: touching it hashes it alone.
+    hashed.clear()
+    assert vector_build.sync(store, "m", DIM, "cosine").action == "rebuilt"    # the damaged build is replaced
+    add_file = next(tmp_path.glob("vectors-*.add"), None)
+    assert add_file is None                                                   # (a rebuild leaves no additions)
+    add(store, clustered(10, 2), start=310)
+    vector_build.sync(store, "m", DIM, "cosine")
+    add_file = next(tmp_path.glob("vectors-*.add"))
+    hashed.clear()
+    os.utime(add_file)
+    search(tmp_path, query, 10)
+    assert hashed == [add_file.name]
+
+
+def test_an_index_without_stamps_is_hashed_until_an_index_run_stamps_it(tmp_path, monkeypatch):
+    store = Store(tmp_path)
+    add(store, clustered(300, 0))
+    vector_build.sync(store, "m", DIM, "cosine")
+    store.set_meta(vec_stamps="", vec_add_stamp="")          # as written by the version before stamps
+    hashed = hashed_files(monkeypatch)
+    search(tmp_path, clustered(1, 7)[0], 10)
+    assert len(hashed) == 1
+    before = files(tmp_path)
+    assert vector_build.sync(store, "m", DIM, "cosine").action == "unchanged" and files(tmp_path) == before
+    hashed.clear()
+    search(tmp_path, clustered(1, 7)[0], 10)
+    assert hashed == []
+
+
+def test_stamps_wait_for_the_clock_and_whole_second_file_systems_get_none(tmp_path, monkeypatch):
+    store = Store(tmp_path)
+    add(store, clustered(300, 0))
+    vector_build.sync(store, "m", DIM, "cosine")
+    record = vector_index.Record.from_meta(store.meta())
+    ctime = int(record.stamps.rsplit(":", 1)[1])
+    assert record.stamps and time.time_ns() >= ctime + vector_build.STAMP_SETTLE_NS
+    # A file system with whole-second timestamps (FAT): a later write could keep the ctime, so no stamps.
+    monkeypatch.setattr(vector_index, "file_stamp", lambda path: "1:2:3000000000:4000000000")
+    vector_build._stamp(record, tmp_path)
+    assert (record.stamps, record.add_stamp) == ("", "")

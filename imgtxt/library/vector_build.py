@@ -21,6 +21,8 @@ from . import (
 from .store import now_precise, vector_chunks
 from .vector_index import Record, add_row_dtype, digest, exact_bytes, file_stem, projected_dim, rows_digest
 
+STAMP_SETTLE_NS = 20_000_000   # stamps are taken this long after a file's last change (twice a 100 Hz tick)
+
 
 def kind_for(count: int, similarity: str) -> str:
     """Annoy answers by dot product: a model scored otherwise (order embeddings) is searched exactly at any size."""
@@ -183,6 +185,10 @@ def sync(store, model_id: str, dim: int, similarity: str) -> Synced:
         if record.live != live:  # photos were removed: only the count changes, the files do not
             record.live = live
             store.set_meta(vec_live=live)
+        stamped = Record(**record.__dict__)   # digests checked just now (valid_for): searches need not
+        _stamp(stamped, index_dir)             # (files of an earlier version have no stamps)
+        if (stamped.stamps, stamped.add_stamp) != (record.stamps, record.add_stamp):
+            store.set_meta(vec_stamps=stamped.stamps, vec_add_stamp=stamped.add_stamp)
         return Synced("unchanged", live)
     reason = ("the model changed" if record.model and record.model != model_id else
               "there was none" if not record.file else
@@ -193,6 +199,7 @@ def sync(store, model_id: str, dim: int, similarity: str) -> Synced:
         new = Record(**{**record.__dict__, "add": record.add + appended, "live": live, "max_id": max_id,
                         "synced_at": synced_at, "generation": generation})
         new.add_digest = rows_digest(new.add_path(index_dir), new.add_bytes())
+        _stamp(new, index_dir)
         if new.kind == "exact" and kind_for(live, similarity) != "exact":   # (an Annoy build that shrinks stays)
             reason = f"{live} photos are past exact search ({vector_index.EXACT_MAX})"
         elif new.add > vector_index.REBUILD_FRACTION * new.count:
@@ -211,9 +218,27 @@ def sync(store, model_id: str, dim: int, similarity: str) -> Synced:
             leftover.unlink(missing_ok=True)
         raise
     new.max_id, new.synced_at, new.generation = max_id, synced_at, generation
+    _stamp(new, index_dir)   # after the renames, which change ctime
     store.set_meta(**new.as_meta(), vectors_dirty=0)
     _remove_other_files(index_dir, keep=stem)
     return Synced("rebuilt", live, live, time.perf_counter() - start, reason)
+
+
+def _stamp(record: Record, index_dir: Path) -> None:
+    """Fill in the files' stamps (vector_index.file_stamp), taken once the clock has moved past their last change:
+    timestamps tick at up to ~10 ms, and a write in the same tick as the stamp would leave the same ctime. A file
+    system keeping whole seconds (FAT) gets no stamps: searches then hash the files each time."""
+    record.stamps = record.add_stamp = ""
+    try:
+        ctimes = [int(s.rsplit(":", 1)[1]) for s in " ".join(record.current_stamps(index_dir)).split()]
+        if any(c % 1_000_000_000 == 0 for c in ctimes):
+            return
+        wait = max(ctimes) + STAMP_SETTLE_NS - time.time_ns()
+        if wait > 0:
+            time.sleep(wait / 1e9)
+        record.stamps, record.add_stamp = record.current_stamps(index_dir)
+    except OSError:   # a file vanished: no stamps, searches hash (and find it missing)
+        pass
 
 
 def _remove_other_files(index_dir: Path, keep: str) -> None:
