@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/search_latency.py [--runs 20] [--sizes 1000,100000] [--model weights/default]
     .venv/bin/python bench/search_latency.py --sizes 1000 --before dae7875 --before-model OLD_MODEL_DIR
+    .venv/bin/python bench/search_latency.py --sizes 1000000 --keep "$TMPDIR/latency"   # build once, rerun to measure
 
 With --before, the same searches also run with the code of git revision REV (extracted with `git archive`
 into a temporary folder and imported instead of this checkout) on its own model, interleaved run by run with this
@@ -85,6 +86,9 @@ def main() -> None:
     parser.add_argument("--before", default=None, help="git revision to compare with (e.g. main)")
     parser.add_argument("--before-model", default=None, help="model folder for the --before code")
     parser.add_argument("--query", default="a dog running on the beach")
+    parser.add_argument("--keep", type=Path, default=None,
+                        help="build the indexes under this folder and reuse them on the next run (a 1M build takes "
+                             "minutes; a rerun measures again on the same files)")
     args = parser.parse_args()
 
     from imgtxt.model.modelfile import TrainedModel
@@ -104,8 +108,11 @@ def main() -> None:
         for n in (int(s) for s in args.sizes.split(",")):
             cmds = []
             for name, model, env in variants:
-                index_dir = tmp / f"index-{n}-{len(cmds)}"
-                build = fake_index(index_dir, model, n)
+                index_dir = (args.keep or tmp) / f"index-{n}-{len(cmds)}"
+                if (index_dir / "index.db").is_file() and args.keep:
+                    build = float("nan")   # reused
+                else:
+                    build = fake_index(index_dir, model, n)
                 cmd = [python, "-c", RUN_CLI, "search", args.query, "--index", str(index_dir)]
                 cmds.append((name, cmd, env, build))
                 _, out = timed(cmd, env)  # warm the OS file cache, as a second search would
@@ -122,7 +129,7 @@ def main() -> None:
                 t = times[name]
                 print(f"{n:>7} vectors: cold `imgtxt search` ({name}) median {statistics.median(t):.3f} s = "
                       f"{statistics.median(t) / base:.2f}x import numpy (min {min(t):.3f}, max {max(t):.3f}, "
-                      f"{args.runs} runs); vector index build {build:.2f} s")
+                      f"{args.runs} runs); vector index build " + ("reused" if build != build else f"{build:.2f} s"))
         print("  command: imgtxt search", repr(args.query), "--index DIR")
         print(f"machine: {os.cpu_count()} CPU cores; load average {os.getloadavg()[0]:.1f}")
 
