@@ -217,11 +217,14 @@ def test_curriculum_phase_2_starts_from_phase_1_best_and_uses_the_max_loss(tmp_p
 # ------------------------------------------------------------------------------------------------ AMECON
 
 
-def test_amecon_loss_is_sigmoid_cross_entropy():
-    # logits (0, 2) against codes (1, 0): (log(1 + e^0) + log(1 + e^2)) / 2 = (0.6931 + 2.1269) / 2 = 1.4100
-    # (squared error of the sigmoid: ((0.5 - 1)^2 + 0.8808^2) / 2 = 0.5129)
+def test_amecon_loss_is_sigmoid_cross_entropy_summed_over_concepts_averaged_over_samples():
+    # logits (0, 2) against codes (1, 0): log(1 + e^0) + log(1 + e^2) = 0.6931 + 2.1269 = 2.8200 (eq. 6 sums the
+    # C concepts; the mean over them would be 1.4100; squared error of the sigmoid 0.5129)
     loss = amecon.image_mlp_loss(torch.tensor([[0.0, 2.0]]), torch.tensor([[1.0, 0.0]]))
-    assert loss.item() == pytest.approx(1.4100, abs=1e-4)
+    assert loss.item() == pytest.approx(2.8200, abs=1e-4)
+    # a second sample, logits (0, 0) against codes (0, 0): 2 x 0.6931; the mean over the 2 samples is 2.1031
+    loss = amecon.image_mlp_loss(torch.tensor([[0.0, 2.0], [0.0, 0.0]]), torch.tensor([[1.0, 0.0], [0.0, 0.0]]))
+    assert loss.item() == pytest.approx((2.8200 + 1.3863) / 2, abs=1e-4)
 
 
 def test_amecon_training_minimises_that_loss(monkeypatch):

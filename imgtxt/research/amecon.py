@@ -163,11 +163,13 @@ OPTIMIZERS = {"sgd": {"lr": 1e-4, "momentum": 0.9, "weight_decay": 5e-4}, "adam"
 
 
 def image_mlp_loss(logits, codes):
-    """Eq. 5-6: the sigmoid cross-entropy between the MLP's raw scores and the captions' binary codes, averaged over
-    samples and concepts."""
+    """Eq. 5-6: the sigmoid cross-entropy between the MLP's raw scores and the captions' binary codes, summed over
+    the C concepts and averaged over the samples, as eq. 6 writes it and Caffe's SigmoidCrossEntropyLoss computes
+    it (normalised by the batch). Averaging over the concepts too would divide the gradient by C (1,000): with
+    the paper's SGD at lr 1e-4 the loss then moved from 0.6995 to 0.6902 in 7 epochs on Flickr8k."""
     from torch.nn.functional import binary_cross_entropy_with_logits
 
-    return binary_cross_entropy_with_logits(logits, codes)
+    return binary_cross_entropy_with_logits(logits, codes, reduction="sum") / max(1, logits.shape[0])
 
 
 def train_image_mlp(features: np.ndarray, labels: np.ndarray, image_of_label: np.ndarray, hidden=(4096, 4096),
