@@ -19,6 +19,18 @@ from .options import (
 )
 
 
+def fit_on_split_options(command):
+    """MODEL, --dataset, --data-dir and --split: what every fit of a model on a dataset split takes."""
+    for option in reversed((click.argument("model", type=PathType, required=False),
+                            click.option("--dataset", default="flickr8k", show_default=True,
+                                         help="flickr8k, flickr30k or coco"),
+                            data_dir_opt,
+                            click.option("--split", default="val", show_default=True,
+                                         help="The split to fit on (never test)."))):
+        command = option(command)
+    return command
+
+
 def _fit_on_split(command: str, model, dataset, data_dir, split, fit):
     """(the loaded model, fit(model, dataset folder)) for a command that fits settings on a split: never the test
     split, and a ValueError from the fit is one line."""
@@ -79,10 +91,7 @@ def add_concepts(dataset, model, data_dir, output, top_k, as_json, quiet):
         click.echo(f"weight {result['weight']} + {result['confidence_weight']} x confidence -> {output}")
 
 
-@click.argument("model", type=PathType, required=False)
-@click.option("--dataset", default="flickr8k", show_default=True, help="flickr8k, flickr30k or coco")
-@data_dir_opt
-@click.option("--split", default="val", show_default=True, help="The split to fit on (never test).")
+@fit_on_split_options
 @click.option("--top", type=click.IntRange(min=1), default=10, show_default=True,
               help="Fit on each caption's this many best photos (the results a search shows).")
 @click.option("--strong-removed", type=click.FloatRange(0, 1), default=0.10, show_default=True,
@@ -116,10 +125,7 @@ def calibrate(model, dataset, data_dir, split, top, strong_removed, possible_rem
         click.echo(f"wrote the calibration into {path}", err=True)
 
 
-@click.argument("model", type=PathType, required=False)
-@click.option("--dataset", default="flickr8k", show_default=True, help="flickr8k, flickr30k or coco")
-@data_dir_opt
-@click.option("--split", default="val", show_default=True, help="The split to fit on (never test).")
+@fit_on_split_options
 @click.option("--dry-run", is_flag=True, help="Print the figures; leave model.json as it is.")
 @quiet_opt
 def tune_search(model, dataset, data_dir, split, dry_run, quiet):
@@ -151,10 +157,7 @@ def tune_search(model, dataset, data_dir, split, dry_run, quiet):
 
 
 
-@click.argument("model", type=PathType, required=False)
-@click.option("--dataset", default="flickr8k", show_default=True, help="flickr8k, flickr30k or coco")
-@data_dir_opt
-@click.option("--split", default="val", show_default=True, help="The split to fit on (never test).")
+@fit_on_split_options
 @click.option("--dry-run", is_flag=True, help="Print the figures; leave the model as it is.")
 @quiet_opt
 def tune_captions(model, dataset, data_dir, split, dry_run, quiet):
