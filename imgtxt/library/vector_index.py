@@ -18,8 +18,8 @@ next index run rebuilds. A garbled .ann would crash Annoy's loader (SIGSEGV), so
 digest, whole up to 16 MB, 256 sampled blocks above. Hashing them cost a search at a million photos ~4 ms, and
 ~70 ms when their blocks had to come from disk, so each file's stamp (inode, size, mtime, ctime) is recorded
 beside its digest, and a file whose stamp is unchanged is not hashed again: any write, truncation or rename onto
-it changes its ctime, which no user call can set back. Every build has a new generation name, so a search that opened the old files keeps reading them and
-never sees half a file.
+it changes its ctime, which no user call can set back. Every build has a new generation name, so a search that
+opened the old files keeps reading them and never sees half a file.
 
 Why float32 on disk: numpy converts float16 at ~2-5 ns an element, which alone would cost a 100k search 120 ms.
 Why a projection: Annoy's query cost is its candidates' distances, and at a million photos the recall asked
