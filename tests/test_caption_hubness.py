@@ -177,3 +177,83 @@ def test_offsets_that_are_not_finite_are_refused(model_with_hubness):
     notices: list[str] = []
     assert TrainedModel.load(model.folder).caption_hubness(len(bank), notices) is None
     assert "not finite" in notices[0]
+
+
+def test_photo_gate_scale_worked_by_hand():
+    """m is the best cosine of a photo's ConSE part to the class names, whatever the part's length."""
+    class_vectors = np.array([[1.0, 0.0], [0.0, 1.0]], np.float32)
+    gate = {"start": 0.9, "span": 0.1, "gain": 2.0}
+    parts = 0.25 * np.array([[1.0, 0.0],                      # m = 1    -> 1 + 2 * 1
+                             [0.95, np.sqrt(1 - 0.95 ** 2)],  # m = 0.95 -> 1 + 2 * 0.5
+                             [0.0, 0.6],                      # m = 1 (length 0.15)
+                             [0.6, 0.8]], np.float32)         # m = 0.8  -> 1
+    np.testing.assert_allclose(caption_offsets.photo_gate_scale(parts, class_vectors, gate), [3.0, 2.0, 3.0, 1.0],
+                               atol=1e-5)
+
+
+def test_the_photo_gate_fit_keeps_the_smallest_gain_with_the_best_recall():
+    """Two photos, joint dims 0-1, ConSE dims 2-3. Photo 0's part is one class (m = 1), photo 1's halfway
+    (m = 0.707). Photo 0's captions score 0.5 + 0.2 x scale with it, photo 1's 0.75: ranked 6th without a gate,
+    1st from scale 1.5 (gain 0.5) on. Photo 1's captions rank 6th whatever the gain (its scale stays 1)."""
+    from imgtxt.research.caption_fit import fit_photo_gate
+
+    class_vectors = np.eye(2, dtype=np.float32)
+    photos = np.array([[1, 0, 0.2, 0], [0, 1, 0.2 * 0.7071, 0.2 * 0.7071]], np.float32)
+    captions = np.array([[0.5, 0.6, 1, 0]] * 5 + [[0.75, 0.3, 0, 1]] * 5, np.float32)
+    gate, table = fit_photo_gate(photos, captions, np.zeros(10, np.float32), slice(2, 4), class_vectors)
+    assert gate["start"] == pytest.approx(0.7071 + 0.9 * (1 - 0.7071), abs=1e-3)
+    assert gate["span"] == pytest.approx(1 - gate["start"], abs=1e-4)
+    by_gain = {r["gain"]: r["i2t_sum"] for r in table}
+    assert by_gain[0.0] == 100.0 and by_gain[0.5] == by_gain[3.0] == 200.0
+    assert gate["gain"] == 0.5
+
+
+def _with_photo_gate(model, gate):
+    """model.json's caption_hubness with a photo gate, the stored file unchanged."""
+    from imgtxt.model.modelfile import TrainedModel
+
+    path = model.folder / "model.json"
+    config = json.loads(path.read_text())
+    config["caption_hubness"]["photo_gate"] = gate
+    path.write_text(json.dumps(config))
+    return TrainedModel.load(model.folder)
+
+
+def test_caption_and_eval_score_the_gated_photo(model_with_hubness):
+    """A gate whose start every photo passes doubles the ConSE part (gain 1) in `caption` and in eval's photo ->
+    text recall; text -> photo recall is untouched."""
+    from imgtxt.library.query import caption
+    from imgtxt.research.evaluate import search_and_caption_scores
+    from imgtxt.research.metrics import evaluate_scores
+
+    model, bank, offsets = model_with_hubness
+    model = _with_photo_gate(model, {"start": -2.0, "span": 0.5, "gain": 1.0})
+    h, d = model.config["joint"]["embed_dim"], model.content_dim
+    vector = unit(np.random.default_rng(3).normal(size=(1, model.vector_dim)))[0]
+    text = model.encode_text(bank)
+    expected = text[:, :h] @ vector[:h] + 2 * text[:, h:d] @ vector[h:d] - 1.5 * np.maximum(offsets, 0)
+    hits = caption(model, vector, n=4)
+    assert [x.value for x in hits] == [bank[i] for i in np.argsort(-expected, kind="stable")]
+    np.testing.assert_allclose(sorted(x.score for x in hits), sorted(expected), atol=2e-2)
+
+    rng = np.random.default_rng(4)
+    images = model.encode_raw_images(rng.normal(size=(3, model.features["raw_dim"])).astype(np.float32))
+    texts = [f"caption {i} of a photo" for i in range(15)]
+    captions = model.encode_text(texts)
+    doubled = images[:, :d].copy()
+    doubled[:, h:d] *= 2
+    penalties = model.caption_hubness(len(bank)).penalties(captions[:, :d])
+    got = search_and_caption_scores(model, images, texts, captions)
+    assert got["i2t"] == evaluate_scores(doubled @ captions[:, :d].T - penalties[None, :])["i2t"]
+    assert got["t2i"] == evaluate_scores(model.scores(images, captions))["t2i"]
+
+
+@pytest.mark.parametrize("gate, says", [({"start": 0.9, "span": 0, "gain": 1}, "photo_gate"),
+                                        ({"start": 0.9, "span": 0.1}, "photo_gate"),
+                                        ({"start": "x", "span": 0.1, "gain": 1}, "photo_gate")])
+def test_a_bad_photo_gate_is_named(model_with_hubness, gate, says):
+    model, bank, _ = model_with_hubness
+    model = _with_photo_gate(model, gate)
+    notices: list[str] = []
+    assert caption_offsets.load(model, len(bank), notices) is None
+    assert says in notices[0] and "\n" not in notices[0]

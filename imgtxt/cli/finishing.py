@@ -163,8 +163,9 @@ def tune_search(model, dataset, data_dir, split, dry_run, quiet):
 def tune_captions(model, dataset, data_dir, split, dry_run, quiet):
     """Fit a model's caption hubness correction.
 
-    Captions close to very many photos lose score in `imgtxt caption` and in eval's photo -> text recall.
-    Chosen on a dataset split against reference photos from its train split; written into MODEL
+    Captions close to very many photos lose score in `imgtxt caption` and in eval's photo -> text recall; with a
+    ConSE bridge, a photo whose classifier sees one thing gets more say from it (the photo gate). Chosen on a
+    dataset split against reference photos from its train split; written into MODEL
     (caption_offsets.safetensors, model.json "caption_hubness"). Search and the model id are unchanged.
 
     MODEL is a model folder (default: $IMGTXT_MODEL, else the shipped model).
@@ -178,6 +179,8 @@ def tune_captions(model, dataset, data_dir, split, dry_run, quiet):
     for row in table:
         click.echo(f"caption hubness top_k {row['top_k']:>3} weight {row['weight']:.2f}: i2t {row['i2t']} "
                    f"sum {row['i2t_sum']:.2f}")
+    for row in section.get("fitted_on", {}).get("gate_table", []):
+        click.echo(f"photo gate gain {row['gain']:.2f}: i2t {row['i2t']} sum {row['i2t_sum']:.2f}")
     click.echo(f"chosen: {json.dumps({k: v for k, v in section.items() if k != 'fitted_on'})}")
     if not dry_run:
         try:

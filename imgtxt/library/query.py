@@ -358,8 +358,9 @@ def caption(model, vector: np.ndarray, n: int = 5, captions: list[str] | None = 
     # Photo -> captions compares what the encoders say: the photo's hubness offset is the same for every
     # caption; the captions' own hubness (model/caption_offsets.py) is not.
     d = model.content_dim
-    scores = model.scores(vector[None, :d], vectors[:, :d])[0]
     hubness = model.caption_hubness(len(bank) if captions is None else len(model.caption_bank()), notices)
+    photo = vector[None, :d] if hubness is None else hubness.gate_photos(vector[None, :d])
+    scores = model.scores(photo, vectors[:, :d])[0]
     if hubness is not None:
         scores = scores - (hubness.bank_penalties() if captions is None else hubness.penalties(vectors[:, :d]))
     order = np.argsort(-scores, kind="stable")

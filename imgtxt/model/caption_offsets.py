@@ -11,8 +11,14 @@ photos show few of those 1,000 kinds, so their offsets would measure the referen
 
 Text -> photo search is unaffected: the penalty is the same for every photo of one caption.
 
-model.json "caption_hubness": {"top_k", "weight", "center", "reference_stride", "file", "sha256",
-"captions_sha256", "fitted_on"}; the file (caption_offsets.safetensors) holds "reference" (int8 rows, with
+**photo_gate** (models with a ConSE bridge), the mirror of search's query gate: a photo whose ConSE part is one
+class's name vector (the classifier sees one thing, "an espresso") gets more of its caption scores from the
+ConSE part, which is scaled by 1 + gain * clip((m - start) / span, 0, 1), m being the part's best cosine to the
+class-name vectors. `start` is the 90th percentile of m over the val photos (nine in ten photos are left as they
+were), `span` reaches m = 1. Photo -> caption only: search never sees it.
+
+model.json "caption_hubness": {"top_k", "weight", "center", "reference_stride", "photo_gate": {"start", "span",
+"gain"} (optional), "file", "sha256", "captions_sha256", "fitted_on"}; the file (caption_offsets.safetensors) holds "reference" (int8 rows, with
 "reference.scale") and "bank" (float32, one offset per caption of captions.txt).
 """
 from __future__ import annotations
@@ -24,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from .caption_bank import file_sha256, recorded_file_problem
-from .search_tuning import photo_offsets
+from .search_tuning import gate_scale, photo_offsets
 
 FILE = "caption_offsets.safetensors"
 RECORD_KEY = "caption_hubness"
@@ -43,6 +49,11 @@ def check_config(section) -> str | None:
                   for k in ("top_k", "reference_stride"))
     if not (ints_ok and number("weight", 0) and number("center")):
         return "caption_hubness needs positive integers top_k and reference_stride, a weight >= 0, a finite center"
+    gate = section.get("photo_gate")
+    if gate is not None and not (isinstance(gate, dict) and all(
+            isinstance(gate.get(k), (int, float)) and not isinstance(gate.get(k), bool) and bool(np.isfinite(gate[k]))
+            for k in ("start", "span", "gain")) and gate["span"] > 0 and gate["gain"] >= 0):
+        return "caption_hubness.photo_gate needs a finite start, a positive span and a gain >= 0"
     if not all(isinstance(section.get(k), str) for k in ("file", "sha256", "captions_sha256")):
         return "caption_hubness needs its file, sha256 and captions_sha256"
     return None
@@ -53,9 +64,27 @@ def penalty(offsets: np.ndarray, section: dict) -> np.ndarray:
     return section["weight"] * np.maximum(np.asarray(offsets, np.float32) - section["center"], 0.0)
 
 
+def photo_gate_scale(conse_parts: np.ndarray, class_vectors: np.ndarray, gate: dict) -> np.ndarray:
+    """(N,) the factor for each photo's ConSE part; m is measured on the part's direction (its length is the
+    bridge's weight)."""
+    parts = np.asarray(conse_parts, np.float32)
+    unit = parts / np.maximum(np.linalg.norm(parts, axis=1, keepdims=True), 1e-12)
+    return gate_scale(unit, class_vectors, gate)
+
+
 class CaptionHubness:
-    def __init__(self, section: dict, reference: np.ndarray, bank_offsets: np.ndarray):
+    def __init__(self, section: dict, reference: np.ndarray, bank_offsets: np.ndarray,
+                 conse: slice | None = None, class_vectors: np.ndarray | None = None):
         self.section, self.reference, self.bank_offsets = section, reference, bank_offsets
+        self.conse, self.class_vectors = conse, class_vectors
+
+    def gate_photos(self, photos: np.ndarray) -> np.ndarray:
+        """(N, D) photo vectors with the photo gate on their ConSE part (a copy; unchanged without a gate)."""
+        gate = self.section.get("photo_gate")
+        photos = np.array(photos, np.float32)
+        if gate and self.conse is not None:
+            photos[:, self.conse] *= photo_gate_scale(photos[:, self.conse], self.class_vectors, gate)[:, None]
+        return photos
 
     def penalties(self, captions: np.ndarray) -> np.ndarray:
         """(M,) for caption vectors at the model's content width."""
@@ -106,6 +135,8 @@ def load(model, bank_size: int, notices: list[str] | None = None) -> CaptionHubn
             notices.append(f"{folder / FILE}: {reason}; captions ranked without the hubness correction")
 
     reason = check_config(section)
+    if reason is None and "photo_gate" in section and model.concepts is None:
+        reason = "caption_hubness.photo_gate needs a ConSE bridge (concepts)"
     if reason:
         return refuse(reason)
     try:
@@ -122,4 +153,7 @@ def load(model, bank_size: int, notices: list[str] | None = None) -> CaptionHubn
             return refuse("holds values that are not finite numbers")
     except (KeyError, TypeError, ValueError, OSError, SafetensorError) as e:
         return refuse(f"unreadable ({type(e).__name__}: {e})")
-    return CaptionHubness(section, np.ascontiguousarray(reference), bank)
+    bridge = model.concepts
+    conse = slice(model.config["joint"]["embed_dim"], model.content_dim) if bridge is not None else None
+    return CaptionHubness(section, np.ascontiguousarray(reference), bank, conse,
+                          bridge.class_vectors if bridge is not None else None)

@@ -51,10 +51,13 @@ def search_and_caption_scores(model: TrainedModel, images: np.ndarray, texts: li
                                ties: str = "expected") -> dict:
     """Recall both ways as a user meets it: caption ranks a photo's captions with the caption vectors, search
     ranks photos for a sentence encoded as a query (the model's query gate, imgtxt.model.search_tuning)."""
-    scores = model.scores(images, captions)
     hubness = model.caption_hubness(len(model.caption_bank()))   # the caption side of a user's `caption`
-    if hubness is not None:
-        scores -= hubness.penalties(captions[:, :model.content_dim])[None, :]
+    if hubness is None:
+        scores = model.scores(images, captions)
+    else:
+        d = model.content_dim
+        scores = model.scores(hubness.gate_photos(images[:, :d]), captions[:, :d])
+        scores -= hubness.penalties(captions[:, :d])[None, :]
     result = evaluate_scores(scores, CAPTIONS_PER_IMAGE, ties)
     if not model.config.get("search", {}).get("query_gate"):
         return result
