@@ -105,3 +105,26 @@ def test_image_mlp_learns_from_l2_normalised_features():
     rank_of_own = (scores > scores[np.arange(n_images), np.arange(n_images)][None, :]).sum(axis=0)
     assert (rank_of_own < 10).mean() > 0.5                           # chance: 10 / 200
 
+
+
+def test_a_stopped_mlp_run_continues_to_the_weights_of_an_uninterrupted_one(tmp_path):
+    """3 epochs at once == 1 epoch, then the same call with epochs=3 (dropout and shuffling included: both RNGs
+    are in the state); a state of other settings is refused with one line."""
+    rng = np.random.default_rng(0)
+    feats = rng.normal(size=(20, 6)).astype(np.float32)
+    labels = (rng.random((40, 5)) > 0.5).astype(np.float32)
+    args = (feats, labels, np.arange(40) // 2)
+    kwargs = {"hidden": (8, 8), "batch": 16, "log": lambda m: None, "optimizer": "sgd", "lr": 0.05}
+    straight = amecon.train_image_mlp(*args, epochs=3, **kwargs)
+    state = tmp_path / "state.pt"
+    first_run: dict = {}
+    one = amecon.train_image_mlp(*args, epochs=1, state_path=state, stats=first_run, **kwargs)
+    assert first_run["epochs_run"] == 1 and state.exists()
+    assert not np.allclose(one["mlp.0.weight"], straight["mlp.0.weight"])   # the comparison below can fail
+    second_run: dict = {}
+    resumed = amecon.train_image_mlp(*args, epochs=3, state_path=state, stats=second_run, **kwargs)
+    assert second_run["epochs_run"] == 2
+    for name, value in straight.items():
+        np.testing.assert_array_equal(resumed[name], value, err_msg=name)
+    with pytest.raises(ValueError, match="other settings"):
+        amecon.train_image_mlp(*args, epochs=4, state_path=state, **{**kwargs, "lr": 0.01})

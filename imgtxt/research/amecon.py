@@ -174,9 +174,13 @@ def image_mlp_loss(logits, codes):
 
 def train_image_mlp(features: np.ndarray, labels: np.ndarray, image_of_label: np.ndarray, hidden=(4096, 4096),
                     dropout: float = 0.5, epochs: int = 5, lr: float | None = None, batch: int = 512, seed: int = 0,
-                    log=print, optimizer: str = "sgd") -> dict[str, np.ndarray]:
+                    log=print, optimizer: str = "sgd", state_path: Path | None = None,
+                    stats: dict | None = None) -> dict[str, np.ndarray]:
     """Sigmoid cross-entropy MLP from image features to the codes of their captions (one pair per caption).
     optimizer: "sgd" (the paper's recipe, OPTIMIZERS) or "adam"; lr None = the recipe's.
+    state_path: rewritten atomically after every epoch (weights, optimizer, both RNGs); a run that finds it
+    continues after its last epoch, so a stopped run, or one given more epochs, goes on where it was and ends
+    where an uninterrupted run would. `stats["epochs_run"]` gets the epochs this call trained.
     Returns the weights as numpy under the names mlp_forward reads."""
     import torch
     from torch import nn
@@ -203,7 +207,10 @@ def train_image_mlp(features: np.ndarray, labels: np.ndarray, image_of_label: np
         torch.optim.Adam(net.parameters(), **recipe)
     feats, y = torch.from_numpy(np.asarray(features, np.float32)), torch.from_numpy(labels)
     rng = np.random.default_rng(seed)
-    for epoch in range(epochs):
+    settings = {"dims": dims, "optimizer": optimizer, "recipe": recipe, "batch": batch, "seed": seed,
+                "dropout": dropout, "pairs": len(labels)}
+    start = _resume(state_path, settings, net, opt, rng, log) if state_path is not None else 0
+    for epoch in range(start, epochs):
         net.train()
         order, total = rng.permutation(len(labels)), 0.0
         for s in range(0, len(order), batch):
@@ -214,12 +221,40 @@ def train_image_mlp(features: np.ndarray, labels: np.ndarray, image_of_label: np
             opt.step()
             total += loss.item() * len(rows)
         log(f"AMECON image MLP epoch {epoch + 1}/{epochs}: loss {total / len(labels):.4f}")
+        if state_path is not None:
+            from .checkpoints import atomic_torch_save
+
+            atomic_torch_save({"settings": settings, "net": net.state_dict(), "optimizer": opt.state_dict(),
+                               "rng": rng.bit_generator.state, "torch_rng": torch.get_rng_state(),
+                               "epoch": epoch + 1}, state_path)
+    if stats is not None:
+        stats["epochs_run"] = max(epochs - start, 0)
     linear = [m for m in net if isinstance(m, nn.Linear)]
     out = {"mlp_in.mean": mean.astype(np.float32), "mlp_in.std": std.astype(np.float32)}
     for i, m in enumerate(linear):
         out[f"mlp.{i}.weight"] = m.weight.detach().numpy().copy()
         out[f"mlp.{i}.bias"] = m.bias.detach().numpy().copy()
     return out
+
+
+def _resume(state_path: Path, settings: dict, net, opt, rng, log) -> int:
+    """Load a saved training state into net, opt and rng; the epochs it had done (0 without one)."""
+    import torch
+
+    from .checkpoints import safe_load
+
+    if not state_path.exists():
+        return 0
+    state = safe_load(state_path)
+    if not isinstance(state, dict) or state.get("settings") != settings:
+        raise ValueError(f"{state_path}: the training state of a run with other settings; use another --output "
+                         f"or delete it to start over")
+    net.load_state_dict(state["net"])
+    opt.load_state_dict(state["optimizer"])
+    rng.bit_generator.state = state["rng"]
+    torch.set_rng_state(state["torch_rng"])
+    log(f"AMECON image MLP: continuing after epoch {state['epoch']} ({state_path})")
+    return int(state["epoch"])
 
 
 # ------------------------------------------------------------------------------------------- model folder

@@ -3,6 +3,9 @@
 Regions (eq. 7, the paper's V_loc): by default each image's features are the max over 5 regions, the full image
 and its 4 corners at 2/3 of each side, each region resized to the CNN's input; computed once per split and cached
 beside the full-image features (a cache key of their own). regions=1 is the paper's V_glob ablation (full image).
+
+Resumable: the output folder keeps the MLP's training state (STATE_FILE); the same command continues a stopped
+run, and with a larger --epochs trains on from the last epoch.
 """
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ from .feature_cache import FeatureSpec, cached_features, compute_features
 from .metrics import evaluate_scores
 
 REGIONS = 5
+STATE_FILE = "amecon_state.pt"   # the MLP's training state, beside the model it continues (train_image_mlp)
 
 
 def _log(msg: str) -> None:
@@ -105,9 +109,12 @@ def train_amecon(dataset: str, data_dir, settings, feature_kind: str, folder: Pa
     labels = amecon.text_codes(train.captions, word_index, codes, concepts)
     train_x, stats, fconfig = _features(train, settings, feature_kind, regions=regions)
     t_mlp = time.time()
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    run: dict = {}
     weights = amecon.train_image_mlp(train_x, labels, np.arange(len(labels)) // CAPTIONS_PER_IMAGE, hidden,
-                                     epochs=epochs, lr=lr, seed=seed, log=_log, optimizer=optimizer)
-    seconds_per_epoch = (time.time() - t_mlp) / max(epochs, 1)
+                                     epochs=epochs, lr=lr, seed=seed, log=_log, optimizer=optimizer,
+                                     state_path=Path(folder) / STATE_FILE, stats=run)
+    seconds_per_epoch = (time.time() - t_mlp) / max(run["epochs_run"], 1)
     tensors = {**weights, "codes": codes.astype(np.int32), "centres": centres}
     if stats is not None:
         tensors.update({"fne.mean": stats.mean.astype(np.float32), "fne.std": stats.std.astype(np.float32)})
