@@ -131,3 +131,57 @@ def test_a_model_with_the_bridge_appends_both_parts_and_scores_by_dot_product(ti
     config_file.write_text(json.dumps(saved))
     with pytest.raises(ModelError, match="raw_slice"):
         TrainedModel.load(out)
+
+
+def test_class_texts_name_and_define_each_class_or_list_its_names(monkeypatch):
+    from imgtxt.research.concepts_fit import class_captions, class_texts
+
+    lemmas = [["sorrel"], ["ram", "tup"], ["hog", "pig", "grunter", "squealer"]]
+    definitions = ["a horse of a brownish orange to light brown color", "uncastrated adult male sheep",
+                   "domestic swine"]
+    texts, owner = class_texts(lemmas, definitions)
+    assert texts == ["A photo of a sorrel, a horse of a brownish orange to light brown color.",
+                     "A photo of a ram, uncastrated adult male sheep.", "A photo of a hog, domestic swine."]
+    assert owner == [0, 1, 2]
+    assert texts == class_captions(lemmas, definitions)   # the caption-bank lines are the class texts
+    assert class_captions([["espresso"]]) == ["A photo of an espresso."]
+    texts, owner = class_texts(lemmas, None)   # the names alone: the first of each class
+    assert texts == ["a photo of a sorrel", "a photo of a ram", "a photo of a hog"]
+    assert owner == [0, 1, 2]
+    from imgtxt.research import concepts_fit
+
+    monkeypatch.setattr(concepts_fit, "LEMMAS_PER_CLASS", 2)
+    texts, owner = class_texts(lemmas, None)
+    assert texts == ["a photo of a sorrel", "a photo of a ram", "a photo of a tup", "a photo of a hog",
+                     "a photo of a pig"]
+    assert owner == [0, 1, 1, 2, 2]
+
+
+def test_the_class_definitions_are_timms_wordnet_glosses_in_the_classifiers_order():
+    pytest.importorskip("timm")
+    from imgtxt.research.concepts_fit import class_definitions, class_lemmas
+
+    definitions, lemmas = class_definitions(), class_lemmas()
+    assert len(definitions) == len(lemmas) == 1000 and all(definitions)
+    assert lemmas[967][0] == "espresso" and "coffee" in definitions[967]
+    assert lemmas[339][0] == "sorrel" and "horse" in definitions[339]
+    assert not any(d.startswith(lemma[0] + ":") for d, lemma in zip(definitions, lemmas))   # the gloss alone
+
+
+def test_class_vectors_average_a_classes_texts(tiny_minilm_model):
+    from imgtxt.model.modelfile import TrainedModel
+    from imgtxt.research.concepts_fit import class_vectors
+
+    model = TrainedModel.load(tiny_minilm_model)
+    lemmas = [["sorrel"], ["ram", "tup"]]
+    text = model.text
+
+    def sentence(t):
+        return text.encode_with_sentence([text.tokenize(t)])[1][0]
+
+    defined = class_vectors(model, lemmas, ["a brown horse", "a male sheep"])
+    want = sentence("A photo of a ram, a male sheep.")
+    np.testing.assert_allclose(defined[1], want / np.linalg.norm(want), atol=1e-5)
+    named = class_vectors(model, lemmas)
+    want = sentence("a photo of a ram")
+    np.testing.assert_allclose(named[1], want / np.linalg.norm(want), atol=1e-5)

@@ -69,9 +69,11 @@ def export_cnn(model):
 @data_dir_opt
 @click.option("--output", type=PathType, required=True, help="The new model folder")
 @click.option("--top-k", type=int, default=10, show_default=True, help="Classes combined per photo")
+@click.option("--class-text", type=click.Choice(["names", "definitions"]), default="names", show_default=True,
+              help="A class's sentence and caption: its name alone, or its name and WordNet definition")
 @click.option("--json", "as_json", is_flag=True, help="Print the val table as one JSON object")
 @quiet_opt
-def add_concepts(dataset, model, data_dir, output, top_k, as_json, quiet):
+def add_concepts(dataset, model, data_dir, output, top_k, class_text, as_json, quiet):
     """Add the ConSE bridge to a model.
 
     The backbone's ImageNet classifier and the sentence vectors of its 1,000 class names join the model, with
@@ -84,7 +86,7 @@ def add_concepts(dataset, model, data_dir, output, top_k, as_json, quiet):
     if not 1 <= top_k <= 1000:
         raise UsageError("--top-k must be between 1 and 1000")
     folder = dataset_folder(dataset, data_dir)
-    result = run(model, output, dataset, folder, top_k=top_k, quiet=quiet)
+    result = run(model, output, dataset, folder, top_k=top_k, quiet=quiet, class_text=class_text)
     if as_json:
         click.echo(json.dumps(result))
     else:

@@ -75,9 +75,9 @@ def class_name_rows(model, bank: list[str]) -> np.ndarray:
     """Indices of the bank lines add-concepts wrote for the classifier's classes (none without a ConSE bridge)."""
     if model.concepts is None:
         return np.zeros(0, np.int64)
-    from .concepts_fit import class_captions, class_lemmas
+    from .concepts_fit import model_class_captions
 
-    names = set(class_captions(class_lemmas()))
+    names = set(model_class_captions(model))
     return np.array([i for i, line in enumerate(bank) if line in names], np.int64)
 
 

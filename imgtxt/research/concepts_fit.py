@@ -1,9 +1,14 @@
 """Give a trained model the ConSE bridge (imgtxt.model.concepts): the backbone's ImageNet classifier, the
 sentence vectors of the 1,000 class names, and the fusion weights chosen on a validation split.
 
-Class names come from timm's ImageNet metadata (WordNet lemmas, e.g. "coffee mug", "espresso"); a class's
-vector is the mean of "a photo of a <lemma>" over its first lemmas, through the model's own sentence encoder.
-The caption bank gains one caption per class, so `imgtxt caption` can name everyday things.
+Class names come from timm's ImageNet metadata (WordNet lemmas, e.g. "coffee mug", "espresso"). A class's
+vector is "a photo of a <first lemma>" (the mean over LEMMAS_PER_CLASS lemmas) through the model's own sentence
+encoder, and the caption bank gains one caption per class ("A photo of a sorrel."), so `imgtxt caption` can name
+everyday things. `class_text="definitions"` uses "A photo of a <first lemma>, <its WordNet definition>." for
+both instead ("A photo of a sorrel, a horse of a brownish orange to light brown color."): a name alone is matched
+by its letters as much as by its meaning ("a photo of a horse" is nearest "horse cart", "a sheep" the
+sheepdogs), the definition says what the thing is. Measured in docs/results.md: names reach the right classes
+far more often with definitions, but val, the object dev set and the README's captions do not improve.
 """
 from __future__ import annotations
 
@@ -26,7 +31,10 @@ from .datasets import CAPTIONS_PER_IMAGE, load_split
 from .metrics import evaluate_scores
 
 TEMPLATE = "a photo of a {}"
-LEMMAS_PER_CLASS = 3
+DEFINED_TEMPLATE = "A photo of a {}, {}."   # the class's caption-bank line is its text too
+LEMMAS_PER_CLASS = 1   # names alone: the first lemma beat the mean of the first three on val (docs/results.md)
+CLASS_TEXTS = ("definitions", "names")
+FITTED_ON_TOP = ("search", "calibration", "caption_hubness", "caption_vectors", "eval_val")
 WEIGHTS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4)
 CONFIDENCE_WEIGHTS = (0.0, 0.1, 0.2, 0.3)
 
@@ -40,18 +48,51 @@ def class_lemmas() -> list[list[str]]:
             for i in range(info.num_classes())]
 
 
-def class_captions(lemmas: list[list[str]]) -> list[str]:
-    """One caption-bank line per class: "A photo of a coffee mug." """
-    return [f"A photo of {'an' if names[0][:1].lower() in 'aeiou' else 'a'} {names[0]}." for names in lemmas]
+def class_definitions() -> list[str]:
+    """The 1,000 classes' WordNet definitions (glosses), in the classifier's order."""
+    from timm.data import ImageNetInfo
+
+    info = ImageNetInfo()
+    return [info.index_to_description(i, detailed=True).split(": ", 1)[-1].strip() for i in range(info.num_classes())]
 
 
-def class_vectors(model: TrainedModel, lemmas: list[list[str]]) -> np.ndarray:
-    """(classes, text_dim): mean sentence vector of "a photo of a <lemma>" over each class's first lemmas."""
+def class_texts(lemmas: list[list[str]], definitions: list[str] | None) -> tuple[list[str], list[int]]:
+    """The texts whose sentence vectors make the class vectors, and the class of each: each class's defined
+    caption (class_captions), or the first LEMMAS_PER_CLASS names alone (definitions None)."""
+    if definitions is not None:
+        return class_captions(lemmas, definitions), list(range(len(lemmas)))
     texts, owner = [], []
     for i, names in enumerate(lemmas):
         for name in names[:LEMMAS_PER_CLASS]:
             texts.append(TEMPLATE.format(name))
             owner.append(i)
+    return texts, owner
+
+
+def class_captions(lemmas: list[list[str]], definitions: list[str] | None = None) -> list[str]:
+    """One caption-bank line per class: "A photo of a coffee mug." or, with the definitions, "A photo of an
+    espresso, strong black coffee brewed by forcing hot water under pressure through finely ground coffee
+    beans." (then the same text makes the class vector, so a photo's top class and its caption agree)."""
+    out = []
+    for i, names in enumerate(lemmas):
+        article = "an" if names[0][:1].lower() in "aeiou" else "a"
+        out.append(f"A photo of {article} {names[0]}, {definitions[i].rstrip('.')}." if definitions is not None
+                   else f"A photo of {article} {names[0]}.")
+    return out
+
+
+def model_class_captions(model: TrainedModel) -> list[str]:
+    """The caption-bank lines add-concepts wrote for this model's classes (none without a ConSE bridge)."""
+    section = model.config.get("concepts")
+    if section is None:
+        return []
+    lemmas = class_lemmas()
+    return class_captions(lemmas, class_definitions() if section.get("class_text") == DEFINED_TEMPLATE else None)
+
+
+def class_vectors(model: TrainedModel, lemmas: list[list[str]], definitions: list[str] | None = None) -> np.ndarray:
+    """(classes, text_dim): the mean sentence vector of each class's texts (class_texts), L2-normalised."""
+    texts, owner = class_texts(lemmas, definitions)
     text = model.text
     sentences = np.concatenate([text.encode_with_sentence([text.tokenize(t) for t in texts[s:s + 256]])[1]
                                 for s in range(0, len(texts), 256)])
@@ -102,27 +143,36 @@ def choose_weights(model: TrainedModel, bridge: concepts.ConceptBridge, raw_val:
 
 
 def add_concepts(model_dir: Path | str, out: Path | str, dataset: str, data_dir: Path | str,
-                 top_k: int = 10, backbone_weights: str | None = None, quiet: bool = False) -> dict:
+                 top_k: int = 10, backbone_weights: str | None = None, quiet: bool = False,
+                 class_text: str = "names") -> dict:
     """Write `out`: the model of `model_dir` with the ConSE bridge, its fusion weights chosen on val, and the
-    class captions appended to its caption bank. Returns the val table."""
+    class captions appended to its caption bank. A model that has a bridge already gets a new one, and loses
+    what was fitted on top of the old (search corrections, calibration, caption hubness, stored caption
+    vectors: fit them again). Returns the val table."""
     from imgtxt.model.cnn_torch import FeatureSettings
 
     from .pipeline import raw_split_features
 
     log = (lambda *a: None) if quiet else (lambda m: print(m, file=sys.stderr))
     model = TrainedModel.load(model_dir)
+    for key in FITTED_ON_TOP:   # fitted to the old bridge's vectors, if any: stale with the new one
+        model.config.pop(key, None)
     if text_config_of(model.config).get("kind") != "minilm":
         raise ModelError(f"{model.folder}: the ConSE bridge needs a sentence encoder (text kind minilm)")
     weight, bias = classifier_of(model, backbone_weights)
+    if class_text not in CLASS_TEXTS:
+        raise ValueError(f"class_text must be one of {', '.join(CLASS_TEXTS)}, not {class_text!r}")
     lemmas = class_lemmas()
     if len(lemmas) != weight.shape[0]:
         raise ModelError(f"the classifier has {weight.shape[0]} classes, the class names {len(lemmas)}")
-    vectors = class_vectors(model, lemmas)
+    definitions = class_definitions() if class_text == "definitions" else None
+    vectors = class_vectors(model, lemmas, definitions)
     f = model.features
     config = {"kind": "conse", "top_k": top_k, "weight": 0.0, "confidence_weight": 0.0,
               "raw_slice": list(f["baseline_slice"]), "classes": len(lemmas), "text_dim": int(vectors.shape[1]),
-              "class_names": "timm ImageNetInfo (WordNet lemmas)", "class_text": TEMPLATE,
-              "lemmas_per_class": LEMMAS_PER_CLASS}
+              "class_names": "timm ImageNetInfo (WordNet lemmas" + (" and definitions)" if definitions else ")"),
+              "class_text": DEFINED_TEMPLATE if definitions else TEMPLATE,
+              "lemmas_per_class": 1 if definitions else LEMMAS_PER_CLASS}
     tensors = {concepts.WEIGHT: weight, concepts.BIAS: bias, concepts.CLASS_VECTORS: vectors}
     bridge = concepts.ConceptBridge(config, tensors)
     val = load_split(dataset, data_dir, "val")
@@ -140,7 +190,8 @@ def add_concepts(model_dir: Path | str, out: Path | str, dataset: str, data_dir:
                  and (n == IMAGE_PROJECTION or n.startswith(("minilm.", "text_head."))))
     files = {n: (model.folder / n).read_bytes() for n in ("vocab.json", "tokenizer.json")
              if (model.folder / n).is_file()}
-    bank = [c for c in model.caption_bank() if c not in set(class_captions(lemmas))] + class_captions(lemmas)
+    old = set(class_captions(lemmas)) | set(class_captions(lemmas, class_definitions()))   # either kind, if any
+    bank = [c for c in model.caption_bank() if c not in old] + class_captions(lemmas, definitions)
     save_model(out, stored, None, new, model.stats, bank, files=files, int8=int8, extra=tensors)
     log(f"chose weight {chosen_w} + {chosen_cw} x confidence -> {out}")
     return {"weight": chosen_w, "confidence_weight": chosen_cw, "table": rows}
