@@ -64,12 +64,16 @@ def penalty(offsets: np.ndarray, section: dict) -> np.ndarray:
     return section["weight"] * np.maximum(np.asarray(offsets, np.float32) - section["center"], 0.0)
 
 
-def photo_gate_scale(conse_parts: np.ndarray, class_vectors: np.ndarray, gate: dict) -> np.ndarray:
-    """(N,) the factor for each photo's ConSE part; m is measured on the part's direction (its length is the
-    bridge's weight)."""
+def unit_parts(conse_parts: np.ndarray) -> np.ndarray:
+    """Photos' ConSE parts at unit length: m is measured on the part's direction (its length is the bridge's
+    weight)."""
     parts = np.asarray(conse_parts, np.float32)
-    unit = parts / np.maximum(np.linalg.norm(parts, axis=1, keepdims=True), 1e-12)
-    return gate_scale(unit, class_vectors, gate)
+    return parts / np.maximum(np.linalg.norm(parts, axis=1, keepdims=True), 1e-12)
+
+
+def photo_gate_scale(conse_parts: np.ndarray, class_vectors: np.ndarray, gate: dict) -> np.ndarray:
+    """(N,) the factor for each photo's ConSE part."""
+    return gate_scale(unit_parts(conse_parts), class_vectors, gate)
 
 
 class CaptionHubness:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from imgtxt.model.caption_offsets import penalty, photo_gate_scale
+from imgtxt.model.caption_offsets import penalty, photo_gate_scale, unit_parts
 from imgtxt.model.search_tuning import photo_offsets
 
 from .datasets import CAPTIONS_PER_IMAGE, load_split
@@ -56,7 +56,7 @@ def fit_photo_gate(photos: np.ndarray, captions: np.ndarray, penalties: np.ndarr
     """photos (N, D), captions (5N, D) at content width, penalties (5N,) the chosen hubness's.
     -> (chosen {"start", "span", "gain"}, the table)."""
     parts = photos[:, conse]
-    m = (parts / np.maximum(np.linalg.norm(parts, axis=1, keepdims=True), 1e-12) @ class_vectors.T).max(axis=1)
+    m = (unit_parts(parts) @ class_vectors.T).max(axis=1)
     start = round(float(np.percentile(m, GATE_PERCENTILE)), 4)
     span = round(max(1.0 - start, 1e-3), 4)
     rows = []

@@ -165,7 +165,8 @@ def add_concepts(model_dir: Path | str, out: Path | str, dataset: str, data_dir:
     lemmas = class_lemmas()
     if len(lemmas) != weight.shape[0]:
         raise ModelError(f"the classifier has {weight.shape[0]} classes, the class names {len(lemmas)}")
-    definitions = class_definitions() if class_text == "definitions" else None
+    all_definitions = class_definitions()
+    definitions = all_definitions if class_text == "definitions" else None
     vectors = class_vectors(model, lemmas, definitions)
     f = model.features
     config = {"kind": "conse", "top_k": top_k, "weight": 0.0, "confidence_weight": 0.0,
@@ -190,7 +191,7 @@ def add_concepts(model_dir: Path | str, out: Path | str, dataset: str, data_dir:
                  and (n == IMAGE_PROJECTION or n.startswith(("minilm.", "text_head."))))
     files = {n: (model.folder / n).read_bytes() for n in ("vocab.json", "tokenizer.json")
              if (model.folder / n).is_file()}
-    old = set(class_captions(lemmas)) | set(class_captions(lemmas, class_definitions()))   # either kind, if any
+    old = set(class_captions(lemmas)) | set(class_captions(lemmas, all_definitions))   # either kind, if any
     bank = [c for c in model.caption_bank() if c not in old] + class_captions(lemmas, definitions)
     save_model(out, stored, None, new, model.stats, bank, files=files, int8=int8, extra=tensors)
     log(f"chose weight {chosen_w} + {chosen_cw} x confidence -> {out}")
