@@ -117,3 +117,42 @@ def test_rcn_kind_trains_saves_and_loads_with_numpy_equal_to_torch(tmp_path):
         expected = joint.text(*pad_batch([setup.tokenize(t) for t in texts])).numpy()
     np.testing.assert_allclose(model.encode_text(texts), expected, atol=1e-5)
     assert model.check_query("zebra") and model.check_query("a red dog") is None
+
+
+def test_parameter_count_is_the_encoders_and_the_equal_size_gru_is_the_smallest_as_large():
+    # vocab 10, words 4, hidden 3, 2 capsules: 10*4 + 2 * (mask GRU 4->4: 120 + embedding GRU 4->3: 81) = 442
+    assert rcn.parameter_count(10, 4, 3, 2) == 442
+    assert sum(p.numel() for p in RCNEncoder(10, 4, 3, capsules=2).parameters()) == 442
+
+    def gru_size(h):
+        return sum(p.numel() for p in torch.nn.GRU(4, h).parameters())
+    # words 4: hidden 4 and 2 capsules need a GRU of 480 parameters (exactly h = 10), 1 capsule 240 (h = 7: 273);
+    # hidden 2 and 1 capsule 168 (h = 6: 216; h = 5 has 165, three short)
+    for hidden, capsules, expected in ((4, 2, 10), (4, 1, 7), (2, 1, 6)):
+        target = rcn.parameter_count(10, 4, hidden, capsules) - 10 * 4
+        h = rcn.equal_size_gru_hidden(10, 4, hidden, capsules)
+        assert h == expected and gru_size(h) >= target > gru_size(h - 1)
+
+
+def test_routing_denominators_keep_their_sign_and_a_zero_becomes_plus_eps():
+    from imgtxt.research.text_modules.rcn import _safe as torch_safe
+    eps = rcn.ROUTING_EPS
+    den = [0.0, 1e-9, -1e-9, 0.5, -0.5]
+    expected = [eps, eps, -eps, 0.5, -0.5]
+    np.testing.assert_array_equal(rcn._safe(np.array(den)), expected)
+    # torch builds the guard in float32 before casting to the input's dtype
+    np.testing.assert_allclose(torch_safe(torch.tensor(den, dtype=torch.float64)).numpy(), expected, rtol=1e-7)
+
+
+def test_penalty_guard_eps_by_hand():
+    # masks small enough that the 1e-6 guard counts: C = 2 capsules of one 1-word sentence, 2e-3 and 1e-3.
+    # mean 1.5e-3; spread = 2 * (5e-4)^2 / (2 * (1.5e-3)^2 + 1e-6) = 5e-7 / 5.5e-6; smallest norm 1e-3
+    masks = np.array([[[2e-3]], [[1e-3]]])
+    expected = 1.0 / ((5e-7 / 5.5e-6) * 1e-3 + 1e-6)
+    np.testing.assert_allclose(rcn.mask_variance_penalty(masks), [expected], rtol=1e-9)
+    np.testing.assert_allclose(mask_variance_penalty(torch.from_numpy(masks)).numpy(), [expected], rtol=1e-9)
+
+
+def test_an_empty_sentence_is_one_unknown_word():
+    tokens, lengths = rcn.pad([[], [5, 6]])
+    assert tokens.tolist() == [[1, 0], [5, 6]] and lengths.tolist() == [1, 2]
