@@ -1,7 +1,8 @@
 """Each loss against a small example computed by hand."""
+import pytest
 import torch
 
-from imgtxt.research.losses import cosine_similarity, hinge_loss, order_similarity
+from imgtxt.research.losses import SIMILARITIES, cosine_similarity, hinge_loss, order_similarity
 
 # 3 images x 3 captions; the diagonal holds the matching pairs.
 SCORES = torch.tensor([[0.9, 0.5, 0.8],
@@ -62,6 +63,13 @@ def test_perfect_scores_give_zero_loss():
     scores = torch.eye(4) * 1.0
     assert hinge_loss(scores, 0.2, "sum") == 0
     assert hinge_loss(scores, 0.2, "max") == 0
+    with pytest.raises(ValueError, match=r"^reduce must be 'sum' or 'max', not 'mean'$"):
+        hinge_loss(scores, 0.2, "mean")
+
+
+def test_similarities_by_name():
+    # the names a model config gives (JointModel reads the similarity from this table)
+    assert SIMILARITIES == {"cosine": cosine_similarity, "order": order_similarity}
 
 
 def test_chunked_order_similarity_equals_unchunked_with_gradients():
@@ -80,6 +88,13 @@ def test_chunked_order_similarity_equals_unchunked_with_gradients():
         (out * weights).sum().backward()
         assert torch.allclose(images.grad, g_ref[0]) and torch.allclose(captions.grad, g_ref[1])
     assert torch.autograd.gradcheck(lambda a, b: order_similarity(a, b, 2 * 9 * 5), (images, captions))
+    # one side frozen (a pretrained text side, or features): the other still gets its gradient
+    for grad_images in (True, False):
+        a = images.detach().requires_grad_(grad_images)
+        b = captions.detach().requires_grad_(not grad_images)
+        (order_similarity(a, b, 2 * 9 * 5) * weights).sum().backward()
+        learnt, frozen, ref_grad = (a, b, g_ref[0]) if grad_images else (b, a, g_ref[1])
+        assert frozen.grad is None and torch.allclose(learnt.grad, ref_grad)
 
 
 def test_numpy_order_scores_chunked_equal_torch():

@@ -43,8 +43,22 @@ def test_single_negative_loss_by_hand():
     # one negative per pair, never the pair itself: on a 3x3 matrix with a huge diagonal the loss is 0
     big = torch.eye(3) * 10
     assert single_negative_loss(big, 0.15, "both") == 0
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"^negatives must be one of \('i2t', 't2i', 'both'\), not 'x'$"):
         single_negative_loss(scores, 0.15, "x")
+
+
+def test_single_negative_loss_each_direction_by_hand():
+    # B = 2, so each pair's one negative is the other pair; margin .15
+    scores = torch.tensor([[0.5, 0.6], [0.2, 0.4]])
+    # i2t (swap the caption, s[k, j]): pair 0: .15 - .5 + .6 = .25; pair 1: .15 - .4 + .2 -> 0
+    assert torch.isclose(single_negative_loss(scores, 0.15, "i2t"), torch.tensor(0.25))
+    # t2i (swap the image, s[j, k]): pair 0: .15 - .5 + .2 -> 0; pair 1: .15 - .4 + .6 = .35
+    assert torch.isclose(single_negative_loss(scores, 0.15, "t2i"), torch.tensor(0.35))
+    assert torch.isclose(single_negative_loss(scores, 0.15, "both"), torch.tensor(0.60))
+    # two captions of one image: neither is the other's negative, in either direction
+    same = same_image_mask([4, 4])
+    for negatives in ("i2t", "t2i", "both"):
+        assert single_negative_loss(scores, 0.15, negatives, also_positive=same) == 0
 
 
 CAPS = ["a red dog runs", "the blue cat sits", "red cat", "a dog on grass", "blue dog runs on grass"]

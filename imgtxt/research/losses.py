@@ -105,7 +105,7 @@ def hinge_loss(scores: torch.Tensor, margin: float, reduce: str, also_positive: 
 NEGATIVES = ("i2t", "t2i", "both")
 
 
-def single_negative_loss(scores: torch.Tensor, margin: float, negatives: str = "both",
+def single_negative_loss(scores: torch.Tensor, margin: float, negatives: str,
                          also_positive: torch.Tensor | None = None, generator: torch.Generator | None = None
                          ) -> torch.Tensor:
     """The thesis's PosNet/NegNet loss (section 5.3): each matching pair k against ONE random negative j != k of the
