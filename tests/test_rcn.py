@@ -156,3 +156,26 @@ def test_penalty_guard_eps_by_hand():
 def test_an_empty_sentence_is_one_unknown_word():
     tokens, lengths = rcn.pad([[], [5, 6]])
     assert tokens.tolist() == [[1, 0], [5, 6]] and lengths.tolist() == [1, 2]
+
+
+def test_encoder_defaults_are_the_papers_rcn_0():
+    model = RCNEncoder(20, 6, 8)
+    assert model.emb_gru["weight_ih"].shape[0] == model.mask_gru["weight_ih"].shape[0] == 4
+    assert model.recursions == 4 and model.reg_lambda == 0
+
+
+def test_word_vectors_start_uniform_and_the_unknown_word_learns():
+    torch.manual_seed(0)
+    model = RCNEncoder(20, 6, 8, capsules=2, recursions=1)
+    w = model.embed.weight
+    assert -0.1 <= w.min() < -0.09 and 0.09 < w.max() <= 0.1
+    # id 0 pads (no gradient), id 1 is the unknown word: a real input that must be trained
+    model(torch.tensor([[1, 3, 0]]), torch.tensor([2])).sum().backward()
+    assert w.grad[0].abs().sum() == 0 and w.grad[1].abs().sum() > 0
+
+
+def test_no_recursion_no_mask_penalty():
+    # with r = 0 the masks never move from 1: eq. 14 would be 1 / eps, so there is no regulariser to add
+    model = RCNEncoder(20, 6, 8, capsules=2, recursions=0, reg_lambda=0.05)
+    model(torch.tensor([[3, 4]]), torch.tensor([2]))
+    assert model.penalty.item() == 0
