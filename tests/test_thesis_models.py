@@ -15,6 +15,27 @@ def test_words_drop_articles_and_punctuation():
     assert bow.ngrams("red dog runs far", "skip") == ["red", "dog", "runs", "far", "red_dog", "dog_runs",
                                                       "runs_far", "red_dog_runs", "dog_runs_far",
                                                       "red__runs", "dog__far"]
+    assert bow.ngrams("red dog runs", "tri") == ["red", "dog", "runs", "red_dog", "dog_runs", "red_dog_runs"]
+
+
+def test_vectoriser_names_a_wrong_kind_or_weighting():
+    idf = np.ones(2, np.float32)
+    for kind, weighting in (("quad", "binary"), ("uni", "bm25")):
+        with pytest.raises(ValueError, match=r"^n-grams must be one of \['uni', 'bi', 'tri', 'skip'\] and "
+                                             r"weighting binary or tfidf$"):
+            bow.Vectorizer(kind, weighting, [], idf)
+    for doc in ({"kind": "uni", "weighting": "binary", "terms": "dog"}, {"terms": [1]}, ["dog"]):
+        with pytest.raises(ValueError, match=r"^m/bow_terms.json: not a bag-of-words vocabulary \(kind, weighting "
+                                             r"and a list of terms\)$"):
+            bow.Vectorizer.from_doc(doc, idf, "m/bow_terms.json")
+
+
+def test_token_weights_are_zero_on_padding():
+    idf = np.array([1, 1, 0.5, 2], np.float32)
+    tokens, lengths = np.array([[2, 3, 0], [3, 0, 0]]), np.array([2, 1])
+    np.testing.assert_array_equal(bow.token_weights(tokens, lengths, idf, "binary"), [[1, 1, 0], [1, 0, 0]])
+    # tf-idf: idf / |d| per occurrence
+    np.testing.assert_allclose(bow.token_weights(tokens, lengths, idf, "tfidf"), [[0.25, 1, 0], [2, 0, 0]])
 
 
 def test_vectoriser_vocabulary_binary_and_tfidf():

@@ -77,7 +77,7 @@ class Vectorizer:
         return json.dumps({"kind": self.kind, "weighting": self.weighting, "terms": self.terms}).encode("utf-8")
 
     @classmethod
-    def from_doc(cls, doc, idf: np.ndarray, where: str = "bow_terms.json") -> "Vectorizer":
+    def from_doc(cls, doc, idf: np.ndarray, where: str) -> "Vectorizer":
         """A parsed bow_terms.json checked: {"kind", "weighting": str, "terms": [str, ...]}, else a ValueError."""
         terms = doc.get("terms") if isinstance(doc, dict) else None
         if not (isinstance(terms, list) and all(isinstance(t, str) for t in terms)
