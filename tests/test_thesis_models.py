@@ -146,3 +146,15 @@ def test_thesis_model_trains_saves_loads(tmp_path, kind, optimizer, lr):
     with torch.no_grad():
         expected = joint.image(torch.from_numpy(feats)).numpy()
     np.testing.assert_allclose(model.encode_image_features(feats), expected, atol=1e-5)
+
+
+def test_bow_first_layer_starts_glorot_uniform_with_a_zero_padding_row():
+    from imgtxt.research.text_modules.bow import Encoder
+    torch.manual_seed(0)
+    for hidden, first in ((7, 7), (0, 9)):          # with the hidden layer it is the first layer; without, the map
+        enc = Encoder({"features": 40, "weighting": "binary", "hidden": hidden}, 9)
+        w, r = enc.first.weight.detach(), (6.0 / (40 + first)) ** 0.5
+        assert w.shape == (40, first) and w[0].abs().sum() == 0      # id 0 pads
+        rest = w[1:]                                                   # id 1 ("nothing known") is an input too
+        assert rest[0].abs().sum() > 0
+        assert -r <= rest.min() < -0.9 * r and 0.9 * r < rest.max() <= r
