@@ -158,3 +158,16 @@ def test_bow_first_layer_starts_glorot_uniform_with_a_zero_padding_row():
         rest = w[1:]                                                   # id 1 ("nothing known") is an input too
         assert rest[0].abs().sum() > 0
         assert -r <= rest.min() < -0.9 * r and 0.9 * r < rest.max() <= r
+
+
+def test_sse_word_vectors_kernels_and_padding():
+    from imgtxt.research.text_modules.sse import Encoder
+    torch.manual_seed(0)
+    enc = Encoder({"vocab_size": 30, "word_dim": 6, "window": 3, "kernels": 7, "top": True}, 9)
+    assert enc.conv.out_channels == 7 and (enc.top.in_features, enc.top.out_features) == (7, 9)
+    w = enc.embed.weight
+    assert w[0].abs().sum() == 0                     # id 0 pads: the zero vector the convolution's padding is
+    assert -0.1 <= w[1:].min() < -0.09 and 0.09 < w[1:].max() <= 0.1
+    # the unknown word (id 1) is trained; the padding row never is, so it stays the zero padding
+    enc(torch.tensor([[1, 4, 0], [5, 6, 7]]), torch.tensor([2, 3])).sum().backward()
+    assert w.grad[0].abs().sum() == 0 and w.grad[1].abs().sum() > 0
