@@ -91,6 +91,15 @@ def test_regulariser_is_added_to_the_training_loss():
     assert training_loss(scores, "max", cfg, penalty=torch.tensor(5.0)).item() == pytest.approx(6.1)
 
 
+def test_single_loss_is_the_thesis_one_negative_loss():
+    # B = 2, each pair's one negative is the other (tests/test_thesis_models.py works these by hand)
+    scores = torch.tensor([[0.5, 0.6], [0.2, 0.4]])
+    for negatives, expected in (("i2t", 0.25), ("t2i", 0.35), ("both", 0.60)):
+        cfg = TrainConfig([Phase("single", 1e-3)], margin=0.15, negatives=negatives)
+        assert training_loss(scores, "single", cfg).item() == pytest.approx(expected)
+        assert training_loss(scores, "single", cfg, penalty=torch.tensor(1.0)).item() == pytest.approx(1 + expected)
+
+
 def test_rcn_penalty_is_lambda_times_eq14_of_the_last_masks():
     torch.manual_seed(0)
     a = rcn_torch.RCNEncoder(20, 4, 5, capsules=3, recursions=2, reg_lambda=0.05)
@@ -287,6 +296,11 @@ def test_thesis_lr_falls_linearly_to_one_percent_over_100_epochs():
     assert phase_lr(cfg, 1e-3, 100) == pytest.approx(1e-5)
     assert phase_lr(cfg, 1e-3, 150) == pytest.approx(1e-5)
     assert phase_lr(preset("MH"), 2e-4, 150) == pytest.approx(2e-4)
+
+
+def test_step_decay_divides_the_lr_by_ten_from_its_epoch():
+    cfg = TrainConfig([Phase("max", 2e-4)], lr_decay_epochs=15)
+    assert [phase_lr(cfg, 2e-4, e) for e in (0, 14, 15, 40)] == pytest.approx([2e-4, 2e-4, 2e-5, 2e-5])
 
 
 def test_changing_a_returned_preset_leaves_the_preset_alone():
