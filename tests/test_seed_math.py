@@ -223,6 +223,68 @@ def test_curriculum_phase_2_starts_from_phase_1_best_and_uses_the_max_loss(tmp_p
     assert kinds == ["sum"] * (2 * per_epoch) + ["max"] * (2 * per_epoch)
 
 
+
+
+def test_epoch_pairs_one_caption_per_image_or_every_caption_once():
+    from imgtxt.research.train import epoch_pairs
+    rng = np.random.default_rng(0)
+    one = epoch_pairs(rng, 50, 5, "one")
+    assert sorted(one[:, 0]) == list(range(50)) and one[:, 0].tolist() != list(range(50))   # each image, shuffled
+    assert (one[:, 1] // 5 == one[:, 0]).all()                                              # with its own caption
+    drawn = np.concatenate([epoch_pairs(rng, 50, 5, "one")[:, 1] % 5 for _ in range(20)])
+    assert set(drawn.tolist()) == {0, 1, 2, 3, 4}                                           # any of the five
+    every = epoch_pairs(rng, 50, 5, "all")
+    assert sorted(every[:, 1]) == list(range(250)) and every[:, 1].tolist() != list(range(250))
+    assert (every[:, 1] // 5 == every[:, 0]).all()
+
+
+def test_each_phase_stops_after_its_patience_and_trains_every_pair(tmp_path, monkeypatch, capsys):
+    import json
+
+    from imgtxt.research import train as train_module
+
+    batches, losses = [], []
+    real_loss, real_validate = train_module.training_loss, train_module.validate
+
+    def spy_loss(scores, kind, cfg, also, penalty):
+        loss = real_loss(scores, kind, cfg, also, penalty)
+        batches.append(scores.shape[0])
+        losses.append(loss.item())
+        return loss
+
+    monkeypatch.setattr(train_module, "training_loss", spy_loss)
+    # validation never improves after the first epoch
+    monkeypatch.setattr(train_module, "validate", lambda *a: {**real_validate(*a), "rsum": 50.0})
+    cfg = TrainConfig([Phase("sum", 1e-3), Phase("max", 1e-3)], embed_dim=16, batch_size=62, max_epochs=20,
+                      patience=2)
+    train_module.train(tmp_path / "run", _bow_data(), cfg)
+    log = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
+    # phase 1: the best epoch, then 2 without a gain; phase 2 starts its patience afresh: 2 epochs
+    assert [r["phase"] for r in log] == [1, 1, 1, 2, 2]
+    assert batches == [62, 2] * 5                       # 64 images: the short batch of 2 is trained too
+    for i, record in enumerate(log):
+        assert record["train_loss"] == pytest.approx(losses[2 * i] + losses[2 * i + 1])
+    assert "phase 2: max loss from the best phase-1 model" in capsys.readouterr().err
+
+
+def test_a_pretrained_text_layer_trains_at_text_lr(tmp_path):
+    import dataclasses
+
+    from imgtxt.research import train as train_module
+    from imgtxt.research.text_modules import torch_encoder
+
+    data = _bow_data()
+    # the BoW's first layer handed over as pretrained (as MiniLM's layers are): its own group, at text_lr
+    first = torch_encoder(data.text_setup.config, 16).export_tensors()["bow.in.weight"].detach().numpy()
+    setup = dataclasses.replace(data.text_setup, init_tensors={**data.text_setup.init_tensors, "bow.in.weight": first})
+    cfg = TrainConfig([Phase("sum", 1e-3)], embed_dim=16, batch_size=64, max_epochs=2, patience=9,
+                      lr_decay_epochs=1, text_lr=1e-5)
+    train_module.train(tmp_path / "run", dataclasses.replace(data, text_setup=setup), cfg)
+    groups = torch.load(tmp_path / "run" / "state.pt", weights_only=False)["optimizer"]["param_groups"]
+    # epoch 2 is after the step decay: the phase's lr 1e-4, the pretrained layer's 1e-5 / 10
+    assert [g["lr"] for g in groups if g.get("pretrained")] == [pytest.approx(1e-6)]
+    assert [g["lr"] for g in groups if not g.get("pretrained")] == [pytest.approx(1e-4)] * 2
+
 # ------------------------------------------------------------------------------------------------ AMECON
 
 

@@ -249,12 +249,7 @@ def train(run_dir: Path | str, data: TrainData, cfg: TrainConfig, init_from: Pat
             group["lr"] = (cfg.text_lr * lr / phase.lr) if group.get("pretrained") and cfg.text_lr else lr
         t0 = time.time()
         model.train()
-        if cfg.captions_per_image == "one":
-            images = rng.permutation(n_images)
-            pairs = np.stack([images, images * per_image + rng.integers(0, per_image, n_images)], 1)
-        else:
-            caps = rng.permutation(n_images * per_image)
-            pairs = np.stack([caps // per_image, caps], 1)
+        pairs = epoch_pairs(rng, n_images, per_image, cfg.captions_per_image)
         total_loss = 0.0
         for s in range(0, len(pairs), cfg.batch_size):
             batch = pairs[s:s + cfg.batch_size]
@@ -335,6 +330,16 @@ def training_loss(scores: torch.Tensor, loss_kind: str, cfg: TrainConfig, also_p
     else:
         loss = hinge_loss(scores, cfg.margin, loss_kind, also_positive)
     return loss if penalty is None else loss + penalty
+
+
+def epoch_pairs(rng: np.random.Generator, n_images: int, per_image: int, captions_per_image: str) -> np.ndarray:
+    """An epoch's (image, caption) rows in a random order: "one" = every image once with one of its captions
+    drawn at random (the FNE paper), "all" = every caption once with its image (the thesis)."""
+    if captions_per_image == "one":
+        images = rng.permutation(n_images)
+        return np.stack([images, images * per_image + rng.integers(0, per_image, n_images)], 1)
+    captions = rng.permutation(n_images * per_image)
+    return np.stack([captions // per_image, captions], 1)
 
 
 def phase_lr(cfg: TrainConfig, base: float, epoch: int) -> float:
