@@ -250,6 +250,7 @@ def test_each_phase_stops_after_its_patience_and_trains_every_pair(tmp_path, mon
         loss = real_loss(scores, kind, cfg, also, penalty)
         batches.append(scores.shape[0])
         losses.append(loss.item())
+        assert also is None                             # one caption per image: no two rows share an image
         return loss
 
     monkeypatch.setattr(train_module, "training_loss", spy_loss)
@@ -264,7 +265,29 @@ def test_each_phase_stops_after_its_patience_and_trains_every_pair(tmp_path, mon
     assert batches == [62, 2] * 5                       # 64 images: the short batch of 2 is trained too
     for i, record in enumerate(log):
         assert record["train_loss"] == pytest.approx(losses[2 * i] + losses[2 * i + 1])
-    assert "phase 2: max loss from the best phase-1 model" in capsys.readouterr().err
+    assert "phase 2: max loss from the best phase-1 model" in capsys.readouterr().err.splitlines()
+
+
+def test_with_every_caption_a_batch_masks_captions_of_the_same_image(tmp_path, monkeypatch):
+    from imgtxt.research import train as train_module
+
+    masks = []
+    real_loss = train_module.training_loss
+
+    def spy_loss(scores, kind, cfg, also, penalty):
+        masks.append(also)
+        return real_loss(scores, kind, cfg, also, penalty)
+
+    monkeypatch.setattr(train_module, "training_loss", spy_loss)
+    cfg = TrainConfig([Phase("sum", 1e-3)], embed_dim=16, batch_size=62, max_epochs=1, patience=9,
+                      captions_per_image="all")
+    train_module.train(tmp_path / "run", _bow_data(), cfg)
+    assert len(masks) == 6                              # 320 captions in batches of 62 (the last 10)
+    for m in masks:
+        assert m.dtype == torch.bool and m.diagonal().all() and (m == m.t()).all()
+        assert m.sum(dim=1).max() <= 5                  # an image has five captions
+    # 62 of 320 captions of 64 images: same-image pairs are all but certain in a batch
+    assert sum(int(m.sum() - m.shape[0]) for m in masks) > 0
 
 
 def test_a_pretrained_text_layer_trains_at_text_lr(tmp_path):
