@@ -41,6 +41,35 @@ def test_kmeans_finds_separated_groups():
     assert sorted(np.round(centres).tolist()) == [[0, 0], [0, 3], [3, 0]]
 
 
+def test_kmeans_plus_plus_seeds_one_centre_per_group():
+    # no Lloyd iteration: the k-means++ draws alone (D^2 sampling) land in four different groups for every seed;
+    # the groups are 0.1 apart, so that the total squared distance is below 1 as well
+    rng = np.random.default_rng(0)
+    groups = np.array([[0, 0], [0.1, 0], [0, 0.1], [0.1, 0.1]])
+    x = np.concatenate([rng.normal(c, 1e-4, (20, 2)) for c in groups])
+    for seed in range(5):
+        centres = amecon.kmeans(x, 4, iterations=0, seed=seed).astype(np.float64)
+        assert sorted(amecon.squared_distances(centres, groups).argmin(axis=1).tolist()) == [0, 1, 2, 3]
+
+
+def test_kmeans_reseeds_an_emptied_cluster():
+    # two distinct points for three centres: the seeding repeats one, Lloyd empties it, and it is re-seeded
+    x = np.array([[0.0, 0.0]] * 5 + [[1.0, 1.0]] * 5)
+    centres = amecon.kmeans(x, 3)
+    assert centres.shape == (3, 2) and {tuple(c) for c in centres.tolist()} == {(0.0, 0.0), (1.0, 1.0)}
+
+
+def test_squared_distances_by_hand():
+    a = np.array([[1.0, 0.0], [0.0, 2.0]])
+    b = np.array([[0.0, 0.0], [1.0, 1.0], [3.0, 0.0]])
+    assert amecon.squared_distances(a, b).tolist() == [[1, 1, 4], [4, 2, 13]]
+
+
+def test_hard_codes_default_to_the_papers_three_nearest():
+    centres = np.array([[0.0], [1.0], [2.0], [3.0], [4.0]])
+    assert amecon.hard_codes(np.array([[0.1], [3.9]]), centres).tolist() == [[0, 1, 2], [4, 3, 2]]
+
+
 def test_ppmi_vectors_put_cooccurring_words_together():
     caps = ["dog runs grass"] * 5 + ["cat sleeps sofa"] * 5 + ["dog grass"] * 3 + ["cat sofa"] * 3
     words = amecon.vocabulary(caps)
