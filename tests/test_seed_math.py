@@ -333,6 +333,7 @@ def test_amecon_training_minimises_that_loss(monkeypatch):
 
 def test_amecon_sgd_recipe_is_the_papers():
     assert amecon.OPTIMIZERS["sgd"] == {"lr": 1e-4, "momentum": 0.9, "weight_decay": 5e-4}
+    assert amecon.OPTIMIZERS["adam"] == {"lr": 1e-3}      # the variant's (docs/seed-systems.md)
 
 
 def test_region_extractor_max_pools_full_image_and_four_corners():
