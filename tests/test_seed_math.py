@@ -265,6 +265,8 @@ def test_each_phase_stops_after_its_patience_and_trains_every_pair(tmp_path, mon
     assert batches == [62, 2] * 5                       # 64 images: the short batch of 2 is trained too
     for i, record in enumerate(log):
         assert record["train_loss"] == pytest.approx(losses[2 * i] + losses[2 * i + 1])
+        assert record["loss_kind"] == ("sum" if record["phase"] == 1 else "max") and record["lr"] == 1e-3
+        assert record["val"]["rsum"] == 50.0 and 0 <= record["train_seconds"] < 600
     assert "phase 2: max loss from the best phase-1 model" in capsys.readouterr().err.splitlines()
 
 
@@ -288,6 +290,20 @@ def test_with_every_caption_a_batch_masks_captions_of_the_same_image(tmp_path, m
         assert m.sum(dim=1).max() <= 5                  # an image has five captions
     # 62 of 320 captions of 64 images: same-image pairs are all but certain in a batch
     assert sum(int(m.sum() - m.shape[0]) for m in masks) > 0
+
+
+def test_gradients_are_clipped_only_when_asked(tmp_path, monkeypatch):
+    from imgtxt.research import train as train_module
+
+    calls = []
+    real_clip = torch.nn.utils.clip_grad_norm_
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", lambda params, norm: calls.append(norm) or
+                        real_clip(params, norm))
+    for clip, expected in ((0.5, [0.5]), (0.0, [])):     # 64 images, batch 64: one step
+        calls.clear()
+        cfg = TrainConfig([Phase("sum", 1e-3)], embed_dim=16, batch_size=64, max_epochs=1, grad_clip=clip)
+        train_module.train(tmp_path / f"run-{clip}", _bow_data(), cfg)
+        assert calls == expected
 
 
 def test_a_pretrained_text_layer_trains_at_text_lr(tmp_path):
