@@ -306,6 +306,27 @@ def test_gradients_are_clipped_only_when_asked(tmp_path, monkeypatch):
         assert calls == expected
 
 
+def test_average_best_keeps_the_best_epochs_and_averages_them(tmp_path, monkeypatch):
+    import json
+
+    from imgtxt.research import train as train_module
+
+    real_validate = train_module.validate
+    for keep in (1, 2):
+        rsums = iter([10.0, 30.0, 20.0, 40.0])            # epochs 1-3, then the average of the kept epochs
+        monkeypatch.setattr(train_module, "validate", lambda *a: {**real_validate(*a), "rsum": next(rsums)})
+        cfg = TrainConfig([Phase("sum", 1e-3)], embed_dim=16, batch_size=64, max_epochs=3, patience=9,
+                          average_best=keep)
+        run = tmp_path / f"run-{keep}"
+        best = train_module.train(run, _bow_data(), cfg)
+        if keep == 1:                                      # the default: no snapshots, no average
+            assert not (run / "snapshots").exists() and best["epoch"] == 2 and best["rsum"] == 30.0
+        else:
+            assert sorted(p.name for p in (run / "snapshots").iterdir()) == ["p1-e002.pt", "p1-e003.pt"]
+            averaged = json.loads((run / "averaged.json").read_text())
+            assert averaged["averaged_epochs"] == [2, 3] and best["rsum"] == 40.0
+
+
 def test_a_pretrained_text_layer_trains_at_text_lr(tmp_path):
     import dataclasses
 
