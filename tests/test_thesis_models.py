@@ -171,3 +171,63 @@ def test_sse_word_vectors_kernels_and_padding():
     # the unknown word (id 1) is trained; the padding row never is, so it stays the zero padding
     enc(torch.tensor([[1, 4, 0], [5, 6, 7]]), torch.tensor([2, 3])).sum().backward()
     assert w.grad[0].abs().sum() == 0 and w.grad[1].abs().sum() > 0
+
+
+def _bigram_run(tmp_path, name, optimizer="sgd", **train_options):
+    from test_model import feature_config, synthetic
+
+    from imgtxt.model.fne import FeatureStats
+    from imgtxt.research.train import TrainData, preset, train, with_learning_rates
+
+    feats, caps = synthetic(0)
+    setup = prepare("bow", caps, {"ngrams": "bi", "weighting": "binary", "hidden": 16})
+    tokens = [setup.tokenize(c) for c in caps]
+    data = TrainData(feats, tokens, feats, tokens, None, caps, feature_config(48),
+                     FeatureStats(np.zeros(48, np.float32), np.ones(48, np.float32)), text_setup=setup)
+    cfg = with_learning_rates(preset("THESIS", embed_dim=16, image_hidden=24, batch_size=32, max_epochs=3, patience=9,
+                                     optimizer=optimizer), lr=0.1)
+    train(tmp_path / name, data, cfg, **train_options)
+    return torch.load(tmp_path / name / "state.pt", weights_only=False)["model"]
+
+
+def test_sparse_gradients_train_the_same_weights_as_dense(monkeypatch, tmp_path):
+    import imgtxt.research.train as train_module
+    start = {}
+    real = train_module.use_sparse_gradients
+
+    def keep_start(model, cfg):   # the untrained first layer, to show that training moved it
+        start["first"] = model.text.encoder.first.weight.detach().clone()
+        real(model, cfg)
+
+    monkeypatch.setattr(train_module, "use_sparse_gradients", keep_start)
+    sparse = _bigram_run(tmp_path, "sparse", sparse_gradients=True)
+    dense = _bigram_run(tmp_path, "dense", sparse_gradients=False)
+    assert dense.keys() == sparse.keys()
+    for name in dense:
+        torch.testing.assert_close(sparse[name], dense[name], atol=1e-5, rtol=1e-5, msg=name)
+    moved = (dense["text.encoder.first.weight"] - start["first"]).abs().amax(dim=1)
+    assert moved[0] == 0 and (moved > 1e-3).sum() > 20     # padding stays, the used rows trained
+
+
+def test_sparse_gradients_are_on_with_sgd_only(monkeypatch, tmp_path):
+    import imgtxt.research.train as train_module
+    from imgtxt.research.joint_model import JointConfig, JointModel
+    from imgtxt.research.train import preset, use_sparse_gradients
+
+    calls = []
+    monkeypatch.setattr(train_module, "use_sparse_gradients", lambda model, cfg: calls.append(cfg.optimizer))
+    _bigram_run(tmp_path, "sgd")
+    _bigram_run(tmp_path, "adam", optimizer="adam")
+    assert calls == ["sgd"]
+    monkeypatch.undo()
+
+    setup = prepare("bow", CAPS, {"ngrams": "bi", "weighting": "binary", "hidden": 7})
+    model = JointModel(JointConfig(vocab_size=0, image_dim=5, word_dim=0, embed_dim=4, text=setup.config))
+    use_sparse_gradients(model, preset("THESIS"))
+    tokens = torch.tensor([setup.tokenize(CAPS[0])])
+    model.text(tokens, torch.tensor([tokens.shape[1]])).sum().backward()
+    grad = model.text.encoder.first.weight.grad
+    assert grad.is_sparse
+    assert set(grad.coalesce().indices()[0].tolist()) == set(tokens[0].tolist())   # only the rows used
+    with pytest.raises(ValueError, match="plain SGD"):
+        use_sparse_gradients(model, preset("THESIS", optimizer="adam"))
