@@ -192,5 +192,64 @@ def tune_captions(model, dataset, data_dir, split, dry_run, quiet):
         click.echo(f"wrote it into {loaded.folder}", err=True)
 
 
+@fit_on_split_options
+@click.option("--queries", "queries_file", type=PathType,
+              help="More queries for the benchmark: query<TAB>right photo files (comma-separated)<TAB>kind per line "
+                   "(bench/mixed_library.py writes one for the everyday-object photos).")
+@click.option("--photos", "photos_dir", type=PathType, help="The folder of the photos that --queries names.")
+@click.option("--strong-removed", type=click.FloatRange(0, 1), default=0.10, show_default=True,
+              help="At most this share of any kind's queries whose right photos are removed get a strong top result.")
+@click.option("--possible-removed", type=click.FloatRange(0, 1), default=0.50, show_default=True,
+              help="... and at most this share a possible (or strong) one.")
+@click.option("--dry-run", is_flag=True, help="Print the figures; leave the model as it is.")
+@quiet_opt
+def calibrate_search(model, dataset, data_dir, split, queries_file, photos_dir, strong_removed, possible_removed,
+                     dry_run, quiet):
+    """Fit the per-query confidence of search results.
+
+    A result is measured by its score above the query's own baseline over reference photos (the training split's,
+    one in 6, stored with the model as query_reference.safetensors), so that levels mean the same for a caption,
+    a short phrase and a thing's name. Fitted on a benchmark that mixes query kinds (the split's captions, short
+    phrases from them, and the kinds of --queries), written into MODEL/model.json ("calibration.search"). Run
+    `imgtxt calibrate` first.
+
+    MODEL is a model folder (default: $IMGTXT_MODEL, else the shipped model).
+    """
+    from imgtxt.model import search_confidence
+    from imgtxt.research import search_confidence_fit as fitting
+
+    if strong_removed > possible_removed:
+        raise UsageError("--strong-removed must not exceed --possible-removed")
+
+    def run(loaded, folder):
+        if loaded.calibration is None:
+            raise ValueError(f"{loaded.folder}: run `imgtxt calibrate` first (captions keep that calibration)")
+        reference = fitting.reference_vectors(loaded, dataset, folder, quiet)
+        bench = fitting.build(loaded, dataset, folder, reference, split, queries_file, photos_dir, quiet)
+        calibration = fitting.fit(bench, None, strong_removed, possible_removed)
+        return reference, bench, calibration
+
+    loaded, (reference, bench, calibration) = _fit_on_split("calibrate-search", model, dataset, data_dir, split, run)
+    figures = fitting.measure(calibration, bench)
+    held = fitting.held_out(bench, strong_removed, possible_removed)
+    click.echo(f"confidence = 1 / (1 + exp(-({calibration.slope:.4f} * (score - baseline) "
+               f"{'-' if calibration.intercept < 0 else '+'} {abs(calibration.intercept):.4f}))); strong from "
+               f"{calibration.strong:.4f}, possible from {calibration.possible:.4f}")
+    click.echo(fitting.format_figures(figures, f"in sample ({bench.photos} photos):"))
+    click.echo(fitting.format_figures(held, "out of sample (half the queries of each kind fit, the other half measured):"))
+    if not dry_run:
+        fitted_on = {"dataset": dataset, "split": split, "photos": bench.photos,
+                     "reference": f"{dataset} train photos, one in {fitting.STRIDE}",
+                     "queries": {k: bench.kinds.count(k) for k in dict.fromkeys(bench.kinds)},
+                     "strong_removed_max": strong_removed, "possible_removed_max": possible_removed,
+                     "model_id": loaded.model_id}
+        try:
+            search_confidence.write(loaded.folder, reference, calibration, fitting.RANK,
+                                    {"fitted_on": fitted_on, "figures": figures, "held_out": held})
+        except (OSError, ValueError) as e:
+            raise ImgtxtError(f"could not write the search confidence into {loaded.folder}: {e}") from None
+        click.echo(f"wrote the search confidence into {loaded.folder / 'model.json'}", err=True)
+
+
 COMMANDS = (("export-cnn", export_cnn), ("add-concepts", add_concepts), ("tune-search", tune_search),
-            ("calibrate", calibrate), ("tune-captions", tune_captions))
+            ("calibrate", calibrate), ("calibrate-search", calibrate_search), ("tune-captions", tune_captions))

@@ -25,7 +25,7 @@ PHOTOS = "Photos"
 
 
 RESEARCH_COMMANDS = ("features", "train", "eval", "backbone-download", "export-cnn", "add-concepts",
-                     "tune-search", "calibrate", "tune-captions", "package-model")  # research.py
+                     "tune-search", "calibrate", "calibrate-search", "tune-captions", "package-model")  # research.py
 
 
 class Commands(click.Group):

@@ -311,7 +311,7 @@ def needs_train(name: str, function):
     return checked
 
 
-TORCH_FREE = ("calibrate", "tune-search")   # run on the model's CNN graph (tune-captions: timm's class names)
+TORCH_FREE = ("calibrate", "calibrate-search", "tune-search")   # run on the model's CNN graph (tune-captions: timm's class names)
 
 
 def register(command) -> None:

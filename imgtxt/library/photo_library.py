@@ -204,7 +204,9 @@ class Library:
         weak) of a calibrated model; each match carries its confidence and level when the model is calibrated."""
         from imgtxt.model.calibration import LEVELS
 
-        from .query import min_score_of, rate, search
+        from .confidence import min_score_of, rate, search_confidence_of
+        from .query import search
+        from .query_words import read_model_query
 
         text, n = check.text(text), check.integer(n, "n")
         min_score = check.score_or_level(min_score, "min_score", LEVELS)
@@ -213,9 +215,11 @@ class Library:
         index = self._open()
         try:
             model = self._query_model(index)
-            score, confidence = min_score_of(model, min_score)
+            text = read_model_query(model, text, self.notices)
+            search_confidence_of(model, self.notices)   # a damaged reference file is said once, here
+            score, confidence = min_score_of(model, min_score, text)
             return rate(model, _distinct(index, model, lambda want: search(index, model, text, want, score), n,
-                                         all_copies), confidence)
+                                         all_copies), confidence, text)
         finally:
             _close(index, self)
 
@@ -245,7 +249,8 @@ class Library:
         The bank's vectors are read from the model when it ships them (the default model does), else computed
         once per model and cached: `on_compute(count)` is called before that,
         `progress(done, total)` during it."""
-        from .query import caption, check_photo, photo_vector, rate
+        from .confidence import rate
+        from .query import caption, check_photo, photo_vector
 
         self.notices = []
         photo, n = check.path(photo, "photo"), check.integer(n, "n")
@@ -279,10 +284,12 @@ class Library:
     # ------------------------------------------------------------------ what is indexed
     @_database_errors
     def status(self) -> Status:
+        from .query import folder_counts
+
         index = self._open()
         try:
             s = index.status()
-            folders = _folder_counts(index, s["model"])
+            folders = folder_counts(index, s["model"])
         finally:
             _close(index)
         return Status(s["photos"], s["skipped"], s["model"], s["index_dir"], s["db"], s["last_run"], folders,
@@ -379,20 +386,6 @@ def _paths_by_hash(index, model_id: str, hashes: list[str]) -> dict[str, list[st
         for h, p in index.conn.execute(sql, [model_id, *hashes]).fetchall():
             out[h].append(p)
     return out
-
-
-def _folder_counts(index, model_id: str | None) -> list[Folder]:
-    """Photos per indexed folder; photos outside the recorded folders (older indexes) count per parent folder."""
-    from .photo_paths import is_under
-    from .store import meta_folders
-
-    roots = meta_folders(index.meta)
-    counts: dict[str, int] = {r: 0 for r in roots}
-    if model_id:
-        for (path,) in index.conn.execute("SELECT path FROM photos WHERE model_id = ?", [model_id]):
-            root = next((r for r in roots if is_under(path, [r])), None) or os.path.dirname(path)
-            counts[root] = counts.get(root, 0) + 1
-    return [Folder(p, c) for p, c in sorted(counts.items())]
 
 
 __all__ = ["Library", "PhotoMatch", "CaptionMatch", "Folder", "Status", "PhotoRecord", "ImgtxtError", "Interrupted"]

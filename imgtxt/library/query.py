@@ -120,45 +120,20 @@ class Index:
                 "forgotten": self.forgotten()}
 
 
-# ------------------------------------------------------------------------------------- confidence
+def folder_counts(index: Index, model_id: str | None) -> list:
+    """Photos per indexed folder; photos outside the recorded folders (older indexes) count per parent folder."""
+    from .photo_paths import is_under
+    from .store import meta_folders
 
-def min_score_of(model, min_score) -> tuple[float | None, float | None]:
-    """`--min-score` as (score threshold for the search, lowest confidence kept): a number is a score; a level
-    name (strong / possible / weak) is the model's calibrated threshold, the same for every query."""
-    from imgtxt.model.calibration import LEVELS
+    roots = meta_folders(index.meta)
+    counts: dict[str, int] = {r: 0 for r in roots}
+    if model_id:
+        for (path,) in index.conn.execute("SELECT path FROM photos WHERE model_id = ?", [model_id]):
+            root = next((r for r in roots if is_under(path, [r])), None) or os.path.dirname(path)
+            counts[root] = counts.get(root, 0) + 1
+    from .results import Folder
 
-    if min_score is None or not isinstance(min_score, str):
-        return min_score, None
-    try:
-        return float(min_score), None
-    except ValueError:
-        pass
-    level = min_score.strip().lower()
-    if level not in LEVELS:
-        raise QueryError(f"--min-score must be a number or one of {', '.join(LEVELS)}, not {min_score!r}")
-    if model.calibration is None:
-        raise QueryError(f"--min-score {level}: the model in {model.folder} has no calibration (run `imgtxt "
-                         f"calibrate`); give a score instead")
-    confidence = model.calibration.threshold(level)
-    score = model.calibration.score_at(confidence)
-    # A hair below, so that rounding never drops a result whose confidence reaches the threshold.
-    return (None if math.isinf(score) else score - 1e-9 * max(1.0, abs(score))), confidence
-
-
-def rate(model, matches: list, min_confidence: float | None = None) -> list:
-    """Fill each match's confidence and level from the model's calibration (left None without one); drop those
-    below `min_confidence`, renumbering the ranks."""
-    calibration = model.calibration
-    if calibration is None:
-        return matches
-    for m in matches:
-        m.confidence = calibration.confidence(m.score)
-        m.level = calibration.level(m.confidence)
-    if min_confidence is not None:
-        matches = [m for m in matches if m.confidence >= min_confidence]
-        for i, m in enumerate(matches):
-            m.rank = i + 1
-    return matches
+    return [Folder(p, c) for p, c in sorted(counts.items())]
 
 
 # ------------------------------------------------------------------------------------- text -> photos
@@ -209,15 +184,31 @@ def rank(index: Index, model, vectors, query: np.ndarray, n: int, score_fn,
     return hits
 
 
+_ENCODED: dict[tuple, np.ndarray] = {}   # the last queries' vectors: a search, its levels and --min-score share one
+
+
+def encode_query(model, text: str) -> np.ndarray:
+    """(1, D) the search vector of `text` (checked first), computed once for the few latest queries."""
+    key = (model.model_id, str(model.folder), text)
+    query = _ENCODED.get(key)
+    if query is None:
+        check_query(model, text)
+        query = model.encode_query([text])
+        if not np.isfinite(query).all():
+            raise QueryError(f"the model in {model.folder} gives no usable vector for this query (NaN): its "
+                             f"weights are damaged")
+        if len(_ENCODED) >= 32:
+            _ENCODED.pop(next(iter(_ENCODED)))
+        _ENCODED[key] = query
+    return query
+
+
 def search(index: Index, model, text: str, n: int = 10, min_score: float | None = None) -> list[Hit]:
     check_query(model, text)
     if min_score is not None and math.isnan(min_score):
         raise QueryError("--min-score must be a number, not nan")
     vectors = index.vectors(model)
-    query = model.encode_query([text])
-    if not np.isfinite(query).all():
-        raise QueryError(f"the model in {model.folder} gives no usable vector for this query (NaN): its weights "
-                         f"are damaged")
+    query = encode_query(model, text)
     score = (vector_index.dot_scorer(query[0]) if model.similarity_kind == "cosine"
              else lambda images: model.scores(np.asarray(images), query)[:, 0])
     return rank(index, model, vectors, query[0], n, score, min_score)

@@ -1,0 +1,133 @@
+"""A mixed photo library: Flickr8k val scenes and everyday-object photos in one gallery, searched with every kind
+of query a person types, beside the same queries in their own domain's gallery; and what the confidence levels
+say there.
+
+    python bench/mixed_library.py --data-dir ../shared/data/flickr8k [--model DIR ...] [--work DIR] [--json]
+    python bench/mixed_library.py --write-queries-only --work DIR   # the object queries file for calibrate-search
+
+The gallery: Flickr8k's 1,000 val photos and the 20 photos of the object dev set (bench/object_devset.py copies
+them from the packages that ship them; never a held-out set). The query kinds:
+  caption   the 5,000 val captions, each right for its own photo;
+  phrase    150 short phrases that open val captions ("a black dog"), right for every photo with a caption that
+            contains the phrase;
+  object    the dev set's 36 queries typed as a person would ("a cup of coffee", "old coins");
+  photo-of  its 20 "a photo of a <name>" queries.
+Every score is the one `imgtxt search` gives (photos through the model's CNN runtime at the index's float16, the
+query through the numpy text encoder with the query gate). For each kind: R@1/5/10 in the mixed gallery and in
+its own (captions and phrases among the Flickr8k photos, object queries among the object photos), then each
+query's top result as the model's levels rate it: of the strong ones, how many are right; of the right ones, how
+many are strong; with the query's right photos removed from the gallery, how often the top result is not strong.
+A model with a per-query search confidence (imgtxt calibrate-search) is rated by it, else by its plain score
+calibration. This benchmark is a dev set: the per-query confidence is fitted on it (out-of-sample figures:
+`imgtxt calibrate-search --dry-run`).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import object_devset  # noqa: E402  (the dev photos and their queries)
+
+KINDS_OWN = {"caption": "flickr8k", "phrase": "flickr8k", "object": "objects", "photo-of": "objects"}
+
+
+def write_queries(photos: Path, path: Path) -> Path:
+    """The object dev set's queries as a calibrate-search queries file (query, right files, kind)."""
+    files = {p.stem: p.name for p in photos.iterdir() if p.suffix.lower() in (".png", ".jpg", ".jpeg")}
+    with open(path, "w", encoding="utf-8") as f:
+        for kind, queries in (("object", object_devset.QUERIES), ("photo-of", object_devset.PHOTO_OF_QUERIES)):
+            for query, right in queries:
+                f.write(f"{query}\t{','.join(sorted(files[s] for s in right))}\t{kind}\n")
+    return path
+
+
+def own_gallery(bench, flickr_photos: int):
+    """The same queries, each among its own domain's photos only (the others scored -inf)."""
+    scores = np.array(bench.scores, copy=True)
+    for row, kind in enumerate(bench.kinds):
+        if KINDS_OWN.get(kind) == "flickr8k":
+            scores[row, flickr_photos:] = -np.inf
+        else:
+            scores[row, :flickr_photos] = -np.inf
+    return dataclasses.replace(bench, scores=scores)
+
+
+def run(model_dir: Path, data_dir: str, photos: Path, queries: Path) -> dict:
+    from imgtxt.model.calibration import Calibration
+    from imgtxt.model.modelfile import TrainedModel
+    from imgtxt.model.search_confidence import of_model
+    from imgtxt.research import search_confidence_fit as fitting
+    from imgtxt.research.datasets import load_split
+
+    model = TrainedModel.load(model_dir)
+    reference = fitting.reference_vectors(model, "flickr8k", data_dir, quiet=True)
+    bench = fitting.build(model, "flickr8k", data_dir, reference, "val", queries, photos, quiet=True)
+    per_query = of_model(model)
+    if per_query is not None:
+        calibration, rated_by = per_query.calibration, "per-query search confidence"
+    else:   # the plain calibration reads raw scores: a baseline of 0 for every query
+        bench = dataclasses.replace(bench, baselines=np.zeros_like(bench.baselines))
+        calibration, rated_by = model.calibration or Calibration(1.0, 0.0, 0.99, 0.5), "plain score calibration"
+    flickr = len(load_split("flickr8k", data_dir, "val").image_paths)
+    mixed = fitting.measure(calibration, bench)
+    own = fitting.measure(calibration, own_gallery(bench, flickr))
+    return {"model": str(model_dir), "model_id": model.model_id, "rated_by": rated_by, "photos": bench.photos,
+            "mixed": mixed, "own": own}
+
+
+def print_result(r: dict) -> None:
+    print(f"\n{r['model_id']} ({r['rated_by']}); {r['photos']} photos")
+    print(f"{'kind':<10}{'queries':>8}{'R@1/5/10 mixed':>22}{'R@1/5/10 own':>22}{'strong right':>14}"
+          f"{'right strong':>14}{'removed, not strong':>21}")
+
+    def recalls(f):
+        return f"{f['r1']:.1f} / {f['r5']:.1f} / {f['r10']:.1f}"
+
+    def pct(v):
+        return "-" if v is None else f"{v:.1f}"
+
+    for kind, f in r["mixed"].items():
+        print(f"{kind:<10}{f['queries']:>8}{recalls(f):>22}{recalls(r['own'][kind]):>22}"
+              f"{pct(f['strong_right']):>14}{pct(f['right_strong']):>14}{pct(f['removed_not_strong']):>21}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data-dir", help="Flickr8k (train for the reference photos, val for the gallery)")
+    parser.add_argument("--model", action="append", type=Path, help="model folder; repeat to compare (default: shipped)")
+    parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "imgtxt-mixed-library",
+                        help="where the object photos and the queries file are kept between runs")
+    parser.add_argument("--write-queries-only", action="store_true", help="copy the photos, write the queries file")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    try:
+        photos = args.work / "photos" / "objects"
+        object_devset.copy_photos(photos)
+        queries = write_queries(photos, args.work / "object-queries.tsv")
+        if args.write_queries_only:
+            print(f"{queries} (photos: {photos})")
+            return
+        if not args.data_dir:
+            raise object_devset.DevSetError("--data-dir is required (Flickr8k)")
+        from imgtxt import paths
+
+        results = [run(m, args.data_dir, photos, queries) for m in (args.model or [paths.default_model_dir()])]
+    except object_devset.DevSetError as e:
+        raise SystemExit(f"mixed_library: {e}") from None
+    if args.json:
+        print(json.dumps(results, indent=1))
+        return
+    for r in results:
+        print_result(r)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,268 @@
+"""`imgtxt calibrate-search`: fit the per-query search confidence (imgtxt/model/search_confidence.py) on a mixed
+benchmark of query kinds, and measure it there.
+
+The benchmark: one gallery of a split's photos (Flickr8k val) plus, optionally, photos of another kind (the
+everyday-object dev set that bench/mixed_library.py copies), searched with
+  - `caption`: each of the split's captions; its own photo is right;
+  - `phrase`: short phrases that open the split's captions ("a black dog", "two men"), each right for every photo
+    with a caption that contains it (caption_phrases);
+  - the kinds of a queries file (query, right photo files, kind: tab-separated), e.g. object names.
+Each result is measured by its score above the query's baseline (its RANK-th best score over reference photos:
+the training split's photos, one in STRIDE). The logistic is fitted on every query's top 10 results, each kind
+weighing the same (5,000 captions must not drown 36 object queries); `strong` is the lowest threshold that no
+kind's own-subject-removed top result reaches more than `strong_removed` of the time, `possible` the same with
+`possible_removed`. The figures are also given out of sample: fitted on half the queries of each kind, measured on
+the other half (two folds, mean).
+"""
+from __future__ import annotations
+
+import csv
+import hashlib
+import re
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from imgtxt.model.calibration import Calibration
+
+from .calibrate import _auc, embed_photos, score_above_share, split_vectors
+from .datasets import CAPTIONS_PER_IMAGE, load_split
+
+STRIDE = 6      # reference photos: one training photo in 6 (1,000 of Flickr8k's 6,000)
+RANK = 10       # a query's baseline: its 10th best score over them (the top 1%)
+TOP = 10        # the results a user is shown by default
+PHRASE_STARTS = ("a", "an", "two", "three", "the")
+PHRASE_SKIP_ENDS = {"is", "are", "in", "on", "of", "with", "and", "the", "a", "an", "at", "wearing", "his", "her"}
+
+
+@dataclass
+class Benchmark:
+    """A (queries, photos) score matrix, each query's right photos and kind, and each query's baseline."""
+    scores: np.ndarray          # (queries, photos)
+    baselines: np.ndarray       # (queries,)
+    right: list[frozenset]      # column indices
+    kinds: list[str]
+    photos: int
+
+
+def caption_phrases(captions: list[str], limit: int = 150, min_photos: int = 3,
+                    max_photos: int = 40) -> list[tuple[str, frozenset]]:
+    """Short phrases opening the captions ("a black dog"), most frequent first, each with the photos (caption
+    index // 5) whose captions contain it; phrases found for fewer than `min_photos` or more than `max_photos`
+    photos are left out (too rare to measure, or too common to mean anything)."""
+    words = [re.findall(r"[a-z']+", c.lower()) for c in captions]
+    counts: Counter = Counter()
+    for w in words:
+        for length in (2, 3):
+            if len(w) >= length and w[0] in PHRASE_STARTS and w[length - 1] not in PHRASE_SKIP_ENDS:
+                counts[" ".join(w[:length])] += 1
+    photos: dict[str, set] = defaultdict(set)
+    padded = [" " + " ".join(w) + " " for w in words]
+    for phrase in counts:
+        needle = " " + phrase + " "
+        for i, text in enumerate(padded):
+            if needle in text:
+                photos[phrase].add(i // CAPTIONS_PER_IMAGE)
+    kept = [(p, frozenset(photos[p])) for p, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+            if min_photos <= len(photos[p]) <= max_photos]
+    return kept[:limit]
+
+
+def read_queries(path: Path | str) -> list[tuple[str, list[str], str]]:
+    """A queries file: one `query<TAB>right photo file names, comma-separated<TAB>kind` per line."""
+    rows = []
+    with open(path, encoding="utf-8", newline="") as f:
+        for line_no, row in enumerate(csv.reader(f, delimiter="\t"), 1):
+            if not row or row[0].startswith("#"):
+                continue
+            if len(row) != 3 or not row[0].strip() or not row[1].strip() or not row[2].strip():
+                raise ValueError(f"{path}:{line_no}: expected query, right photos, kind (tab-separated)")
+            rows.append((row[0].strip(), [n.strip() for n in row[1].split(",") if n.strip()], row[2].strip()))
+    if not rows:
+        raise ValueError(f"{path}: no queries in it")
+    return rows
+
+
+def reference_vectors(model, dataset: str, data_dir: Path | str, quiet: bool = False) -> np.ndarray:
+    """(M, D) the reference photos' search vectors: the training split, one photo in STRIDE (cached)."""
+    from imgtxt.paths import cache_dir, writing
+
+    split = load_split(dataset, data_dir, "train")
+    paths = split.image_paths[::STRIDE]
+    digest = hashlib.sha256("\n".join(p.name for p in paths).encode()).hexdigest()[:12]
+    cache = cache_dir() / "calibration" / f"{model.model_id}-{dataset}-reference-{digest}.npy"
+    try:
+        vectors = np.load(cache)
+        if vectors.shape == (len(paths), model.vector_dim):
+            return vectors
+    except (OSError, ValueError):
+        pass
+    vectors = embed_photos(model, paths, f"{dataset} reference photos", quiet=quiet)
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    with writing(cache) as f:
+        np.save(f, vectors)
+    return vectors
+
+
+def build(model, dataset: str, data_dir: Path | str, reference: np.ndarray, split: str = "val",
+          queries_file: Path | str | None = None, photos_dir: Path | str | None = None,
+          quiet: bool = False) -> Benchmark:
+    """The benchmark's score matrix over the split's photos (+ the photos of `photos_dir`)."""
+    images, captions = split_vectors(model, dataset, data_dir, split, quiet=quiet)
+    texts = load_split(dataset, data_dir, split).captions
+    right = [frozenset([i // CAPTIONS_PER_IMAGE]) for i in range(len(captions))]
+    kinds = ["caption"] * len(captions)
+    phrases = caption_phrases(texts)
+    query_vectors = [captions, model.encode_query([p for p, _ in phrases])]
+    right += [photos for _, photos in phrases]
+    kinds += ["phrase"] * len(phrases)
+    gallery = [images]
+    if queries_file is not None:
+        if photos_dir is None:
+            raise ValueError("a queries file needs the folder of its photos (--photos)")
+        extra = read_queries(queries_file)
+        names = sorted({name for _, files, _ in extra for name in files})
+        missing = [n for n in names if not (Path(photos_dir) / n).is_file()]
+        if missing:
+            raise ValueError(f"{photos_dir}: missing photos named in {queries_file}: {', '.join(missing[:5])}")
+        column = {name: len(images) + i for i, name in enumerate(names)}
+        gallery.append(embed_photos(model, [Path(photos_dir) / n for n in names], "benchmark photos", quiet=quiet))
+        query_vectors.append(model.encode_query([q for q, _, _ in extra]))
+        right += [frozenset(column[n] for n in files) for _, files, _ in extra]
+        kinds += [kind for _, _, kind in extra]
+    queries, photos = np.concatenate(query_vectors), np.concatenate(gallery)
+    scores = np.asarray(model.scores(photos, queries), np.float32).T
+    reference_scores = np.asarray(model.scores(reference, queries), np.float32).T
+    rank = min(RANK, reference_scores.shape[1])
+    baselines = -np.partition(-reference_scores, rank - 1, axis=1)[:, rank - 1]
+    return Benchmark(scores, baselines.astype(np.float64), right, kinds, int(photos.shape[0]))
+
+
+# ------------------------------------------------------------------------------------------- the fit
+
+def fit_weighted_logistic(x: np.ndarray, y: np.ndarray, w: np.ndarray, iterations: int = 100) -> tuple[float, float]:
+    """(slope, intercept) of P(y = 1 | x) maximising the w-weighted log-likelihood (Newton; a tiny ridge keeps it
+    finite when the classes separate)."""
+    x, y, w = (np.asarray(a, np.float64) for a in (x, y, w))
+    if not 0 < (w * y).sum() < w.sum():
+        raise ValueError("a calibration needs both matching and non-matching pairs")
+    design = np.stack([x, np.ones_like(x)], axis=1)
+    theta = np.zeros(2)
+    for _ in range(iterations):
+        p = 1.0 / (1.0 + np.exp(-(design @ theta)))
+        gradient = design.T @ (w * (p - y)) + 1e-6 * theta
+        hessian = (design * (w * p * (1 - p))[:, None]).T @ design + 1e-6 * np.eye(2)
+        step = np.linalg.solve(hessian, gradient)
+        theta -= step
+        if np.abs(step).max() < 1e-10:
+            break
+    return float(theta[0]), float(theta[1])
+
+
+def top_results(bench: Benchmark, rows: np.ndarray, top: int = TOP) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For the queries `rows`: their top results' (score - baseline, right or not, query row), flattened."""
+    k = min(top, bench.scores.shape[1])
+    scores = bench.scores[rows]
+    cols = np.argpartition(-scores, k - 1, axis=1)[:, :k]
+    x = np.take_along_axis(scores, cols, axis=1) - bench.baselines[rows, None]
+    y = np.array([[c in bench.right[r] for c in row] for r, row in zip(rows, cols)], np.float64)
+    return x.ravel(), y.ravel(), np.repeat(rows, k)
+
+
+def subject_removed(bench: Benchmark, rows: np.ndarray) -> np.ndarray:
+    """Each query's best score - baseline over the gallery without its right photos."""
+    out = np.empty(len(rows))
+    for i, r in enumerate(rows):
+        scores = np.array(bench.scores[r], np.float64)
+        scores[list(bench.right[r])] = -np.inf
+        out[i] = scores.max() - bench.baselines[r]
+    return out
+
+
+def fit(bench: Benchmark, rows: np.ndarray | None = None, strong_removed: float = 0.10,
+        possible_removed: float = 0.50) -> Calibration:
+    rows = np.arange(len(bench.kinds)) if rows is None else rows
+    kinds = np.array(bench.kinds)
+    x, y, query = top_results(bench, rows)
+    share = Counter(kinds[query])
+    weights = np.array([1.0 / share[k] for k in kinds[query]])
+    slope, intercept = fit_weighted_logistic(x, y, weights)
+    if slope <= 0:
+        raise ValueError(f"the fitted slope is {slope:.3g}: higher scores are not better matches here")
+    base = Calibration(slope, intercept, 0.5, 0.5)
+    absent = subject_removed(bench, rows)
+    levels = []
+    for allowed in (strong_removed, possible_removed):
+        # the strictest kind decides: no kind may get more than its share of unearned levels
+        x_min = max(score_above_share(absent[kinds[rows] == k], allowed) for k in sorted(set(kinds[rows])))
+        levels.append(base.confidence(x_min))
+    return Calibration(slope, intercept, levels[0], min(levels))
+
+
+def measure(calibration: Calibration, bench: Benchmark, rows: np.ndarray | None = None) -> dict:
+    """Per kind: R@1/5/10 in the gallery, and what the levels say of each query's top result (%)."""
+    rows = np.arange(len(bench.kinds)) if rows is None else rows
+    kinds = np.array(bench.kinds)
+    absent = subject_removed(bench, rows)
+    out = {}
+    for kind in dict.fromkeys(kinds[rows]):
+        sel = rows[kinds[rows] == kind]
+        ranks, top_x, right = [], [], []
+        for r in sel:
+            scores = bench.scores[r]
+            best = max(scores[c] for c in bench.right[r])
+            ranks.append(1 + int((scores > best).sum()))
+            top = int(scores.argmax())
+            top_x.append(scores[top] - bench.baselines[r])
+            right.append(top in bench.right[r])
+        ranks, top_x, right = np.array(ranks), np.array(top_x), np.array(right)
+        levels = np.array([calibration.level(calibration.confidence(v)) for v in top_x])
+        absent_levels = np.array([calibration.level(calibration.confidence(v))
+                                  for v in absent[kinds[rows] == kind]])
+        strong = levels == "strong"
+        out[kind] = {
+            "queries": int(len(sel)),
+            "r1": round(100 * float(np.mean(ranks <= 1)), 1), "r5": round(100 * float(np.mean(ranks <= 5)), 1),
+            "r10": round(100 * float(np.mean(ranks <= 10)), 1),
+            "strong_right": round(100 * float(right[strong].mean()), 1) if strong.any() else None,
+            "right_strong": round(100 * float(strong[right].mean()), 1) if right.any() else None,
+            "removed_not_strong": round(100 * float(np.mean(absent_levels != "strong")), 1),
+            "removed_weak": round(100 * float(np.mean(absent_levels == "weak")), 1),
+            "auc": round(_auc(top_x[right], absent[kinds[rows] == kind]), 4) if right.any() else None,
+        }
+    return out
+
+
+def held_out(bench: Benchmark, strong_removed: float, possible_removed: float) -> dict:
+    """measure() out of sample: fitted on the even queries of each kind, measured on the odd ones, and the other
+    way round; the two folds' figures averaged."""
+    kinds = np.array(bench.kinds)
+    position = np.zeros(len(kinds), int)
+    for kind in set(kinds):
+        sel = np.flatnonzero(kinds == kind)
+        position[sel] = np.arange(len(sel))
+    folds = [np.flatnonzero(position % 2 == parity) for parity in (0, 1)]
+    runs = [measure(fit(bench, a, strong_removed, possible_removed), bench, b) for a, b in (folds, folds[::-1])]
+    out = {}
+    for kind in runs[0]:
+        out[kind] = {key: (None if runs[0][kind][key] is None or runs[1][kind][key] is None
+                           else round((runs[0][kind][key] + runs[1][kind][key]) / 2, 1))
+                     for key in runs[0][kind]}
+    return out
+
+
+def format_figures(figures: dict, title: str) -> str:
+    head = (f"{'kind':<10}{'queries':>8}{'R@1':>7}{'R@5':>7}{'R@10':>7}{'strong right':>14}"
+            f"{'right strong':>14}{'removed, not strong':>21}{'AUC':>8}")
+    lines = [title, head]
+
+    def cell(v, width, digits=1):
+        return f"{'-':>{width}}" if v is None else f"{v:>{width}.{digits}f}"
+
+    for kind, f in figures.items():
+        lines.append(f"{kind:<10}{f['queries']:>8}" + cell(f["r1"], 7) + cell(f["r5"], 7) + cell(f["r10"], 7)
+                     + cell(f["strong_right"], 14) + cell(f["right_strong"], 14)
+                     + cell(f["removed_not_strong"], 21) + cell(f["auc"], 8, 3))
+    return "\n".join(lines)
