@@ -1,0 +1,77 @@
+"""Queries as people type them: typos corrected against the English word list, ties broken by the caption bank,
+the English hint for other languages, and the fast path that loads no word list."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from imgtxt.library import query_words
+from imgtxt.library.query_words import ENGLISH_HINT, read_query
+
+
+def known(*words):
+    return set(words).__contains__
+
+
+def test_typos_are_corrected_and_the_note_says_what_was_searched():
+    bank = {"dog": 50, "running": 20, "the": 900, "grass": 30, "horse": 12, "field": 9}
+    reading = read_query("a dgo runing on teh grsas", known("a", "on"), lambda: bank)
+    assert reading.text == "a dog running on the grass"
+    assert reading.note == "searching for: a dog running on the grass"
+    assert read_query("A hrose in a feild!", known("a", "in"), lambda: bank).text == "A horse in a field!"
+
+
+def test_the_caption_bank_breaks_ties_between_equally_close_words():
+    # "dgo" is one edit from do, dog, ago, ego, go, ...: the dictionary alone picks "do" (by far the most used
+    # word); the bank, which is how people describe photos, picks "dog".
+    assert read_query("a dgo", known("a"), lambda: {}).text == "a do"
+    assert read_query("a dgo", known("a"), lambda: {"dog": 3}).text == "a dog"
+
+
+def test_two_edits_only_reach_words_the_caption_bank_uses():
+    # "quokka" has no English word one edit away; "quota" is two away, and not a word for describing photos.
+    reading = read_query("a quokka", known("a"), lambda: {})
+    assert reading.text == "a quokka" and reading.note is None
+    assert read_query("a quokka", known("a"), lambda: {"quota": 2}).text == "a quota"
+
+
+def test_known_words_load_no_word_list(monkeypatch):
+    def refuse(language):
+        raise AssertionError(f"the {language} word list was loaded for a query of known words")
+
+    monkeypatch.setattr(query_words, "_dictionary", refuse)
+    reading = read_query("A dog, on the beach.", known("a", "dog", "on", "the", "beach"), None)
+    assert (reading.text, reading.note) == ("A dog, on the beach.", None)
+    chinese = read_query("一只狗在海滩上奔跑", known(), None)   # no Latin letters: the hint, no word list either
+    assert (chinese.text, chinese.note) == ("一只狗在海滩上奔跑", ENGLISH_HINT)
+    assert read_query("?!", known(), None).note is None   # no words at all: check_query refuses it later
+
+
+@pytest.mark.parametrize("query", ["un chien qui court sur la plage", "ein Hund läuft am Strand",
+                                   "un perro corriendo en la playa"])
+def test_other_languages_get_the_english_hint_and_are_not_corrected(query):
+    reading = read_query(query, known("a", "la", "am", "un", "en"), lambda: {"dog": 5})
+    assert (reading.text, reading.note) == (query, ENGLISH_HINT)
+
+
+def test_english_words_the_model_lacks_are_left_alone():
+    reading = read_query("motocross on a dirt track", known("on", "a", "dirt", "track"), lambda: {})
+    assert (reading.text, reading.note) == ("motocross on a dirt track", None)
+
+
+def test_search_says_what_it_searched_for(library, tmp_path):
+    from conftest import write_photo
+
+    for i in range(3):
+        write_photo(tmp_path / "p" / f"{i}.jpg", seed=80 + i)
+    library.run("index", tmp_path / "p", "--quiet")
+    fixed = library.run("search", "a dog on the beach wiht a ball", "--json")
+    assert "imgtxt: searching for: a dog on the beach with a ball" in fixed.stderr
+    same = library.run("search", "a dog on the beach with a ball", "--json")
+    assert "searching for" not in same.stderr
+    assert [json.loads(x)["path"] for x in fixed.stdout.splitlines()] == \
+        [json.loads(x)["path"] for x in same.stdout.splitlines()]
+    # the tiny model knows none of these words: the refusal is the hint (the shipped model searches and hints)
+    foreign = library.run("search", "un chien qui court sur la plage", ok=False)
+    assert foreign.exit_code == 1 and foreign.stderr.strip() == f"imgtxt: {ENGLISH_HINT}"
