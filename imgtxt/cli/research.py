@@ -75,6 +75,9 @@ def features(dataset, data_dir, splits, backbone, layer_set, crops, precision, b
 @feature_options
 @click.option("--embed-dim", type=int, default=None, help="Joint space size (preset: paper's)")
 @click.option("--word-dim", type=int, default=None, help="Word embedding size (preset: paper's)")
+@click.option("--image-hidden", type=int, default=None,
+              help="Image side: a ReLU hidden layer of this size before the map (preset: THESIS 1,000, others none; "
+                   "0 = none, the thesis's shallow model)")
 @click.option("--image-dropout", type=float, default=0.0, show_default=True, help="Dropout on the image features")
 @click.option("--weight-decay", type=float, default=0.0, show_default=True, help="L2 penalty on the image projection")
 @click.option("--epochs", type=int, default=None, help="Maximum epochs per phase (preset: 200; MH on Flickr: 400)")
@@ -149,7 +152,7 @@ def features(dataset, data_dir, splits, backbone, layer_set, crops, precision, b
               help="Checkpoints and log; rerun to resume")
 @click.option("--output", type=PathType, default=None, help="Copy the best model here when done")
 def train(dataset, data_dir, preset, feature_kind, backbone, layer_set, crops, precision, backbone_weights, runtime,
-          embed_dim, word_dim, image_dropout, weight_decay, epochs, patience, captions, lr, phase2_lr, init_from, min_count,
+          embed_dim, word_dim, image_hidden, image_dropout, weight_decay, epochs, patience, captions, lr, phase2_lr, init_from, min_count,
           vocab_size, vocab_from, margin, similarity, use_abs, batch_size, coco_train, seed, text_encoder, bow_ngrams,
           bow_weighting, bow_hidden, sse_window, sse_kernels, sse_top, amecon_concepts, amecon_neighbours,
           amecon_vectors, amecon_hidden, amecon_regions, amecon_optimizer, negatives, rcn_capsules, rcn_recursions, rcn_lambda, text_weights, text_trainable_layers, text_head,
@@ -192,11 +195,14 @@ def train(dataset, data_dir, preset, feature_kind, backbone, layer_set, crops, p
         raise UsageError("--negatives must be i2t, t2i or both")
     if similarity is not None and similarity not in ("cosine", "order"):
         raise UsageError("--similarity must be 'cosine' or 'order'")
+    if image_hidden is not None and image_hidden < 0:
+        raise UsageError("--image-hidden must be a size >= 0 (0 = no hidden layer)")
     if batch_size is not None and batch_size < 2:
         raise UsageError("--batch-size must be at least 2 (the other pairs of a batch are the contrastive examples)")
     try:
         cfg = with_learning_rates(
-            make_preset(preset, dataset, embed_dim=embed_dim, word_dim=word_dim, image_dropout=image_dropout,
+            make_preset(preset, dataset, embed_dim=embed_dim, word_dim=word_dim, image_hidden=image_hidden,
+                        image_dropout=image_dropout,
                         weight_decay=weight_decay, max_epochs=epochs, patience=patience,
                         captions_per_image=captions, seed=seed, margin=margin, similarity=similarity,
                         use_abs=use_abs, batch_size=batch_size, text_lr=text_lr, lr_decay_epochs=lr_decay,
