@@ -438,6 +438,7 @@ def test_rcn_preset_is_the_papers():
     cfg = preset("RCN")
     assert (cfg.batch_size, cfg.image_bias, cfg.phases[0].loss, cfg.phases[0].lr) == (16, True, "max", 2e-4)
     assert (cfg.margin, cfg.word_dim, cfg.embed_dim, cfg.optimizer) == (0.2, 300, 1024, "adam")
+    assert cfg.grad_clip == 0.0 and preset("RCN-B128").grad_clip == 0.0 and preset("MH").grad_clip == 2.0
 
 
 def test_thesis_lr_falls_linearly_to_one_percent_over_100_epochs():

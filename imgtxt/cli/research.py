@@ -65,11 +65,13 @@ def features(dataset, data_dir, splits, backbone, layer_set, crops, precision, b
 @dataset_arg
 @data_dir_opt
 @click.option("--preset", default="PH", show_default=True,
-              help="FNE paper Table 1 column, sizes for the dataset trained on: SH, MH, SOE, MOE, PH (sum->max), POE, "
-                   "and the baselines' SH-bl, MH-bl, SOE-bl, MOE-bl; THESIS = the 2016 thesis (one random negative, "
-                   "margin 0.15, SGD with linear decay, image hidden layer 1,000, all five captions; THESIS-ADAM: "
-                   "Adam, linear image map); RCN = the RCN paper's (Adam 2e-4, batch 16, affine image map; RCN-B128: "
-                   "batch 128, linear map)")
+              help="A Table 1 column of the 2019 FNE paper (Vilalta et al., Studying the Impact of the Full-Network "
+                   "Embedding on Multimodal Pipelines), sizes for the dataset trained on: SH, MH, SOE, MOE, PH "
+                   "(sum->max), POE, and the baselines' SH-bl, MH-bl, SOE-bl, MOE-bl; THESIS = A. I. Baqapuri's "
+                   "2016 thesis, Deep Learning applied to Image and Text matching (one random negative, margin 0.15, "
+                   "SGD with linear decay, image hidden layer 1,000, all five captions; THESIS-ADAM: Adam, linear "
+                   "image map); RCN = the RCN paper's (Adam 2e-4, batch 16, affine image map, no clipping; "
+                   "RCN-B128: batch 128, linear map)")
 @click.option("--features", "feature_kind", default="fne", show_default=True,
               help="fne (full network) or baseline (one layer)")
 @feature_options
@@ -102,8 +104,9 @@ def features(dataset, data_dir, splits, backbone, layer_set, crops, precision, b
 @click.option("--seed", type=int, default=0, show_default=True, help="Random seed (weights, batches, dropout)")
 @click.option("--text-encoder", default="gru", show_default=True,
               help="gru (the paper's, trained from scratch), minilm (pretrained all-MiniLM-L6-v2 + a trained head; "
-                   "open vocabulary), rcn (Recurrent Capsule Network, Francis, Huet and Merialdo 2018), bow (the 2016 "
-                   "thesis's bag of n-grams; shallow = --bow-ngrams bi --bow-hidden 0), sse (thesis's SSE), amecon "
+                   "open vocabulary), rcn (Recurrent Capsule Network, Francis, Huet and Merialdo 2018), bow (Baqapuri's "
+                   "2016 thesis's bag of n-grams; shallow = --bow-ngrams bi --bow-hidden 0 --image-hidden 0 "
+                   "--embed-dim 300), sse (the thesis's SSE), amecon "
                    "(Abstract Meta-Concepts, Chami, Tamaazousti and Le Borgne 2017; trained here, its own recipe)")
 @click.option("--bow-ngrams", default="uni", show_default=True,
               help="bow: uni (5,000 words), bi, tri or skip (50,000 n-grams)")
@@ -239,7 +242,7 @@ def train(dataset, data_dir, preset, feature_kind, backbone, layer_set, crops, p
 @click.option("--save-embeddings", type=PathType, default=None, help="Write images.npy and captions.npy here")
 @backbone_weights_opt
 @click.option("--metrics", default="standard", show_default=True,
-              help="'standard' (R@1/5/10, Med r, rsum) or 'thesis' (adds the 2016 thesis's R@{1,2,5,10} "
+              help="'standard' (R@1/5/10, Med r, rsum) or 'thesis' (adds Baqapuri's 2016 thesis's R@{1,2,5,10} "
                    "1st/rnd/avg/any, rPrecision(5) and its Med r)")
 @click.option("--ties", default="expected", show_default=True,
               help="Tied scores: 'expected' (random order) or 'pessimistic'")
