@@ -195,7 +195,7 @@ def test_fusion_rule_gives_conse_the_most_say_within_the_tolerance_by_hand():
             {"weight": 0.2, "confidence_weight": 0.2, "rsum": 100.5, "mean_scale": 0.3},     # at best - 0.5
             {"weight": 0.3, "confidence_weight": 0.0, "rsum": 100.6, "mean_scale": 0.3},     # same say, more rsum
             {"weight": 0.4, "confidence_weight": 0.3, "rsum": 100.4, "mean_scale": 0.55}]    # just out
-    chosen = most_conse_say(rows, tolerance=0.5)
+    chosen = most_conse_say(rows)                                       # the documented tolerance, 0.5
     assert (chosen["weight"], chosen["confidence_weight"]) == (0.3, 0.0)
     chosen = most_conse_say(rows, tolerance=0.6)
     assert (chosen["weight"], chosen["confidence_weight"]) == (0.4, 0.3)
@@ -218,6 +218,9 @@ def test_choose_weights_on_a_split_where_the_conse_part_changes_nothing():
                             encode_image_features=lambda x: x, encode_text=lambda captions: text.astype(np.float32))
     raw = np.concatenate([images, rng.normal(size=(4, 2)).astype(np.float32)], axis=1)   # raw_slice [1, 3]
     b = bridge()
+    import inspect
+
+    assert inspect.signature(choose_weights).parameters["tolerance"].default == 0.5
     w, cw, rows = choose_weights(model, b, raw, [""] * 20, log=lambda m: None)
     assert (w, cw) == (max(WEIGHTS), max(CONFIDENCE_WEIGHTS))
     assert len(rows) == len(WEIGHTS) * len(CONFIDENCE_WEIGHTS) and len({r["rsum"] for r in rows}) == 1
