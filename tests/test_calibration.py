@@ -269,3 +269,26 @@ def test_calibrate_command_writes_the_section_and_prints_the_figures(tmp_path, m
     from imgtxt.model.modelfile import TrainedModel
 
     assert TrainedModel.load(model).calibration.slope == section["slope"]
+
+
+def test_score_above_share_keeps_equal_scores_together_by_hand():
+    """A threshold between two equal scores would be that score, and `>=` would let the whole run through."""
+    scores = np.array([0.9, 0.5, 0.5, 0.5, 0.1])
+    assert calibrate.score_above_share(scores, 0.4) == pytest.approx(0.7)     # 2 allowed; 0.5 x3 stay out: 1
+    assert calibrate.score_above_share(scores, 0.8) == pytest.approx(0.3)     # 4 allowed: 0.9 and the three 0.5s
+    assert calibrate.score_above_share(np.full(4, 0.5), 0.5) == pytest.approx(0.5 + 1e-6)   # none can pass
+
+
+def test_fit_thresholds_on_a_gallery_with_tied_runner_ups_by_hand():
+    """4 captions x 4 photos, own photo q. Own photo removed, the best of the rest: 0.6, 0.6, 0.6, 0.2. Strong may
+    let 1 in 4 through and possible 2 in 4, but the three 0.6s pass or fail together: letting them through would
+    be 3 in 4, so both thresholds sit just above 0.6 and every own-photo-removed top result is weak."""
+    scores = np.array([[0.9, 0.6, 0.1, 0.0],
+                       [0.6, 0.8, 0.0, 0.1],
+                       [0.6, 0.0, 0.7, 0.1],
+                       [0.2, 0.1, 0.0, 0.5]])
+    c = calibrate.fit(scores, np.arange(4), top=2, strong_false=0.25, possible_false=0.5)
+    assert c.score_at(c.strong) == pytest.approx(0.6 + 1e-6, abs=1e-9)
+    assert c.score_at(c.possible) == pytest.approx(0.6 + 1e-6, abs=1e-9)
+    removed = calibrate.measure(c, scores, np.arange(4))["own_photo_removed"]
+    assert removed == {"strong": 0.0, "possible": 0.0, "weak": 100.0}

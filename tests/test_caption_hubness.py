@@ -257,3 +257,16 @@ def test_a_bad_photo_gate_is_named(model_with_hubness, gate, says):
     notices: list[str] = []
     assert caption_offsets.load(model, len(bank), notices) is None
     assert says in notices[0] and "\n" not in notices[0]
+
+
+def test_the_caption_fit_keeps_weight_zero_when_no_setting_changes_anything():
+    """Reference photos orthogonal to every caption: every offset is 0, so is the centre, so every penalty; all
+    rows tie and the rule keeps the smaller weight (0) at the first top_k."""
+    from imgtxt.research.caption_fit import TOP_KS, WEIGHTS
+
+    photos = unit([[1, 0, 0, 0], [0, 1, 0, 0]])
+    captions = unit([[0.8, 0.2, 0, 0]] * 5 + [[0.3, 0.7, 0, 0]] * 5)
+    reference = unit([[0, 0, 1, 0], [0, 0, 0, 1], [0, 0, 1, 1]])
+    chosen, table = fit_caption_hubness(photos, captions, reference)
+    assert len(table) == 1 + len(TOP_KS) * (len(WEIGHTS) - 1) and len({r["i2t_sum"] for r in table}) == 1
+    assert chosen == {"top_k": TOP_KS[0], "weight": 0.0, "center": 0.0}

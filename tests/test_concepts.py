@@ -185,3 +185,45 @@ def test_class_vectors_average_a_classes_texts(tiny_minilm_model):
     named = class_vectors(model, lemmas)
     want = sentence("a photo of a ram")
     np.testing.assert_allclose(named[1], want / np.linalg.norm(want), atol=1e-5)
+
+
+def test_fusion_rule_gives_conse_the_most_say_within_the_tolerance_by_hand():
+    from imgtxt.research.concepts_fit import most_conse_say
+
+    rows = [{"weight": 0.0, "confidence_weight": 0.0, "rsum": 100.0, "mean_scale": 0.0},
+            {"weight": 0.1, "confidence_weight": 0.0, "rsum": 101.0, "mean_scale": 0.1},     # the best rsum
+            {"weight": 0.2, "confidence_weight": 0.2, "rsum": 100.5, "mean_scale": 0.3},     # at best - 0.5
+            {"weight": 0.3, "confidence_weight": 0.0, "rsum": 100.6, "mean_scale": 0.3},     # same say, more rsum
+            {"weight": 0.4, "confidence_weight": 0.3, "rsum": 100.4, "mean_scale": 0.55}]    # just out
+    chosen = most_conse_say(rows)                                       # the documented tolerance, 0.5
+    assert (chosen["weight"], chosen["confidence_weight"]) == (0.3, 0.0)
+    chosen = most_conse_say(rows, tolerance=0.6)
+    assert (chosen["weight"], chosen["confidence_weight"]) == (0.4, 0.3)
+    chosen = most_conse_say(rows, tolerance=0.0)
+    assert (chosen["weight"], chosen["confidence_weight"]) == (0.1, 0.0)
+
+
+def test_choose_weights_on_a_split_where_the_conse_part_changes_nothing():
+    """Captions whose ConSE part is zero: every (weight, confidence weight) gives the same val rsum, so the rule
+    gives ConSE the most say of the grid; the table's mean scale is weight + confidence_weight x the mean top-1
+    probability."""
+    from types import SimpleNamespace
+
+    from imgtxt.research.concepts_fit import CONFIDENCE_WEIGHTS, WEIGHTS, choose_weights
+
+    rng = np.random.default_rng(0)
+    images = rng.normal(size=(4, 3)).astype(np.float32)
+    text = np.concatenate([np.repeat(images, 5, axis=0) + 0.5 * rng.normal(size=(20, 3)), np.zeros((20, 2))], axis=1)
+    model = SimpleNamespace(config={"joint": {"embed_dim": 3}}, image_features=lambda raw: raw[:, :3],
+                            encode_image_features=lambda x: x, encode_text=lambda captions: text.astype(np.float32))
+    raw = np.concatenate([images, rng.normal(size=(4, 2)).astype(np.float32)], axis=1)   # raw_slice [1, 3]
+    b = bridge()
+    import inspect
+
+    assert inspect.signature(choose_weights).parameters["tolerance"].default == 0.5
+    w, cw, rows = choose_weights(model, b, raw, [""] * 20, log=lambda m: None)
+    assert (w, cw) == (max(WEIGHTS), max(CONFIDENCE_WEIGHTS))
+    assert len(rows) == len(WEIGHTS) * len(CONFIDENCE_WEIGHTS) and len({r["rsum"] for r in rows}) == 1
+    top1 = b.class_probabilities(raw).max(axis=1).mean()
+    last = rows[-1]
+    assert last["mean_scale"] == pytest.approx(max(WEIGHTS) + max(CONFIDENCE_WEIGHTS) * top1, abs=1e-3)

@@ -161,3 +161,34 @@ def test_fp32_turns_tf32_off_for_the_pass_only(monkeypatch):
         assert (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32) == (True, True)
     finally:
         torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+
+
+def test_training_data_standardises_with_the_train_images_statistics(monkeypatch):
+    """build_training_data, the path `imgtxt train` takes: the FNE statistics it fits and stores are the train
+    split's, and both splits are discretised with them. Hand-made raw features: train feature 0 is 0 or 2 (mean 1,
+    std 1), val's is 10 or 12 (mean 11). With train's statistics every val value is far above the cut (z = 9, 11
+    -> 1); with val's own they would be -1 and 1."""
+    from types import SimpleNamespace
+
+    from imgtxt.model.cnn_torch import FeatureSettings
+    from imgtxt.research import pipeline
+    from imgtxt.research.datasets import Split
+
+    raw = {"train": np.array([[0.0, 1.0], [2.0, 3.0], [0.0, 5.0], [2.0, 7.0]], np.float32),
+           "val": np.array([[10.0, 1.0], [12.0, 1.0]], np.float32)}
+    words = ["a dog runs", "a cat sits", "two men walk", "a red car", "the blue sky"]
+
+    def fake_split(dataset, data_dir, name, **kwargs):
+        n = len(raw[name])
+        return Split(dataset, name, [f"{name}{i}.jpg" for i in range(n)], [words[j % 5] for j in range(5 * n)])
+
+    fake_extractor = SimpleNamespace(backbone=SimpleNamespace(id="fake@0"), dim=2, baseline_slice=(0, 2))
+    monkeypatch.setattr(pipeline, "load_split", fake_split)
+    monkeypatch.setattr(pipeline, "raw_split_features",
+                        lambda split, settings, extractor=None, quiet=False: (raw[split.name], fake_extractor))
+    data = pipeline.build_training_data("flickr8k", "unused", "fne", FeatureSettings(), min_count=1)
+    np.testing.assert_allclose(data.stats.mean, [1.0, 4.0])
+    np.testing.assert_allclose(data.stats.std, [1.0, np.sqrt(5.0)], rtol=1e-6)
+    assert data.train_features[:, 0].tolist() == [-1, 1, -1, 1]
+    assert data.val_features[:, 0].tolist() == [1, 1]           # val's own statistics: [-1, 1]
+    assert data.val_features[:, 1].tolist() == [-1, -1]         # (1 - 4) / sqrt(5) = -1.34

@@ -1,4 +1,6 @@
 """Recall@K, Med r and mean r against ranks computed by hand."""
+import math
+
 import numpy as np
 import pytest
 
@@ -116,3 +118,32 @@ def test_five_captions_per_image_by_default_and_pessimistic_recall_by_hand():
     # pessimistic: 1 above + 2 tied wrong -> rank 4: a hit at R@4 (100 %, not 101) and a miss at R@3
     counts = RankCounts(np.array([1, 0]), np.array([2, 0]), np.array([1, 1]))
     assert counts.recall_at(4, "pessimistic") == 100.0 and counts.recall_at(3, "pessimistic") == 50.0
+
+
+@pytest.mark.parametrize("n", [20, 100])
+def test_median_rank_under_ties_by_hand_in_both_directions(n):
+    """Constant scores, n images x 5 captions. i2t: an image's 5 captions tie with the 5n - 5 others; in a random
+    order the expected number of wrong captions before the first right one is (5n - 5) / (5 + 1), so the rank is
+    1 + (5n - 5) / 6 (n = 100: 83.5, Med r floor(82.5) + 1 = 83; n = 20: 16.83, Med r 16). t2i: the right image
+    ties with n - 1 others: rank 1 + (n - 1) / 2 (n = 100: 50.5, Med r 50; n = 20: 10.5, Med r 10)."""
+    r = evaluate_scores(np.zeros((n, 5 * n)))
+    i2t_rank, t2i_rank = 1 + (5 * n - 5) / 6, 1 + (n - 1) / 2
+    assert r["i2t"]["meanr"] == pytest.approx(i2t_rank)
+    assert r["t2i"]["meanr"] == pytest.approx(t2i_rank)
+    assert r["i2t"]["medr"] == {100: 83, 20: 16}[n] == math.floor(i2t_rank - 1) + 1
+    assert r["t2i"]["medr"] == {100: 50, 20: 10}[n] == math.floor(t2i_rank - 1) + 1
+
+
+def test_median_rank_with_several_right_answers_tied_by_hand():
+    """2 images x 2 captions. Image 0: both own captions (0.5) tie with caption 2 of image 1, caption 3 is below:
+    one wrong and two right in a random order -> 1 / 3 wrong expected before the first right one, rank 4/3.
+    Image 1: its caption 3 (0.9) is beaten by none, its caption 2 (0.1) is irrelevant: rank 1.
+    t2i: caption 2 scores 0.5 with image 0 and 0.1 with its own image 1: rank 2; the others rank 1."""
+    scores = np.array([[0.5, 0.5, 0.5, 0.2],
+                       [0.0, 0.0, 0.1, 0.9]])
+    assert i2t_ranks(scores, 2).tolist() == pytest.approx([4 / 3, 1.0])
+    assert t2i_ranks(scores, 2).tolist() == [1.0, 1.0, 2.0, 1.0]
+    r = evaluate_scores(scores, 2)
+    # Med r: floor(median([1/3, 0])) + 1 = floor(1/6) + 1 = 1; mean r (4/3 + 1) / 2
+    assert r["i2t"]["medr"] == 1 and r["i2t"]["meanr"] == pytest.approx(7 / 6)
+    assert r["t2i"]["meanr"] == pytest.approx(5 / 4)

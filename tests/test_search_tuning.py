@@ -108,3 +108,43 @@ def test_a_model_with_search_corrections(tiny_minilm_model):  # noqa: F811
     (out / "model.json").write_text(json.dumps(saved))
     with pytest.raises(ModelError, match="top_k"):
         TrainedModel.load(out)
+
+
+def test_hubness_rule_takes_the_best_recall_then_the_smaller_weight_by_hand():
+    rows = [{"top_k": 3, "weight": 0.0, "t2i_sum": 150.0}, {"top_k": 3, "weight": 0.5, "t2i_sum": 152.0},
+            {"top_k": 5, "weight": 0.25, "t2i_sum": 152.0}, {"top_k": 10, "weight": 1.0, "t2i_sum": 151.9},
+            {"top_k": 10, "weight": 0.25, "t2i_sum": 152.0}]
+    chosen = search_fit.best_recall_smallest_weight(rows, "t2i_sum")
+    assert (chosen["top_k"], chosen["weight"]) == (5, 0.25)      # 152 thrice: the smaller weight, then the first
+
+
+def test_gate_rule_takes_the_largest_gain_within_the_tolerance_of_no_gate_by_hand():
+    assert search_fit.GATE_TOLERANCE == 0.25
+    rows = [{"gain": 0.0, "rsum": 200.0}, {"gain": 2.0, "rsum": 200.1}, {"gain": 3.0, "rsum": 199.0},
+            {"gain": 5.0, "rsum": 199.8}, {"gain": 8.0, "rsum": 199.7}, {"gain": 12.0, "rsum": 150.0}]
+    # floor 200.0 - 0.25 = 199.75 (from no gate, not from the best 200.1): 0, 2 and 5 qualify; a dip at 3 does
+    # not end the search
+    assert search_fit.largest_safe_gain(rows)["gain"] == 5.0
+    at_floor = [{"gain": 0.0, "rsum": 200.0}, {"gain": 2.0, "rsum": 199.75}, {"gain": 3.0, "rsum": 199.74}]
+    assert search_fit.largest_safe_gain(at_floor)["gain"] == 2.0
+
+
+def test_the_fits_on_a_split_where_no_setting_changes_anything():
+    """A bank orthogonal to the photos gives every photo the offset 0, and class vectors orthogonal to the
+    captions' ConSE part give every caption the gate scale 1: every row of both tables ties. Hubness then keeps
+    weight 0 (the first top_k), the gate the largest gain (val vetoes nothing)."""
+    rng = np.random.default_rng(0)
+    n = 6
+    photos = np.zeros((n, 8), np.float32)
+    photos[:, :4] = rng.normal(size=(n, 4))
+    captions = np.repeat(photos, 5, axis=0) + np.concatenate(
+        [0.3 * rng.normal(size=(5 * n, 4)), np.zeros((5 * n, 4))], axis=1).astype(np.float32)
+    captions[:, 6] = 1.0   # a ConSE part along dim 6, which no class vector has
+    bank = np.eye(8, dtype=np.float32)[4:6]
+    chosen, rows = search_fit.fit_hubness(photos, captions, bank)
+    assert len({r["t2i_sum"] for r in rows}) == 1 and len(rows) == 1 + 3 * 4
+    assert (chosen["top_k"], chosen["weight"], chosen["center"]) == (3, 0.0, 0.0)
+    classes = np.eye(4, dtype=np.float32)[:2]   # ConSE dims 4-5; the captions sit on dim 6
+    gate, gate_rows = search_fit.fit_gate(photos @ captions.T, photos, captions, slice(4, 8), classes)
+    assert len({r["rsum"] for r in gate_rows}) == 1
+    assert gate == {"start": 0.0, "span": search_fit.SPAN, "gain": max(search_fit.GAINS)}

@@ -225,6 +225,34 @@ def test_curriculum_phase_2_starts_from_phase_1_best_and_uses_the_max_loss(tmp_p
 
 
 
+def test_curriculum_phase_2_starts_with_a_fresh_optimizer(tmp_path, monkeypatch):
+    """The paper does not say whether phase 2 keeps the optimiser's state; imgtxt starts it afresh: Adam's moments
+    of phase 1 belong to its last epoch's weights and to the sum loss, phase 2 starts from the best epoch's
+    weights with the max loss. So phase 2's first step finds an Adam with no state, at phase 2's lr."""
+    from imgtxt.research import train as train_module
+
+    created, steps = [], []
+
+    class SpyAdam(torch.optim.Adam):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            created.append(self)
+
+        def step(self, closure=None):
+            steps.append((created.index(self), len(self.state), self.param_groups[0]["lr"]))
+            return super().step(closure)
+
+    monkeypatch.setattr(torch.optim, "Adam", SpyAdam)
+    cfg = TrainConfig([Phase("sum", 3e-3), Phase("max", 1e-3)], embed_dim=16, batch_size=64, max_epochs=2,
+                      patience=9)
+    train_module.train(tmp_path / "run", _bow_data(), cfg)
+    assert len(created) == 2                                         # one per phase
+    assert [s[0] for s in steps] == [0, 0, 1, 1]                     # 1 batch an epoch, 2 epochs a phase
+    assert steps[0][1] == 0 and steps[1][1] > 0                      # phase 1's Adam fills its state...
+    assert steps[2][1:] == (0, 1e-3)                                 # ...phase 2's starts empty, at its own lr
+
+
+
 def test_epoch_pairs_one_caption_per_image_or_every_caption_once():
     from imgtxt.research.train import epoch_pairs
     rng = np.random.default_rng(0)
@@ -410,6 +438,7 @@ def test_rcn_preset_is_the_papers():
     cfg = preset("RCN")
     assert (cfg.batch_size, cfg.image_bias, cfg.phases[0].loss, cfg.phases[0].lr) == (16, True, "max", 2e-4)
     assert (cfg.margin, cfg.word_dim, cfg.embed_dim, cfg.optimizer) == (0.2, 300, 1024, "adam")
+    assert cfg.grad_clip == 0.0 and preset("RCN-B128").grad_clip == 0.0 and preset("MH").grad_clip == 2.0
 
 
 def test_thesis_lr_falls_linearly_to_one_percent_over_100_epochs():

@@ -231,3 +231,30 @@ def test_sparse_gradients_are_on_with_sgd_only(monkeypatch, tmp_path):
     assert set(grad.coalesce().indices()[0].tolist()) == set(tokens[0].tolist())   # only the rows used
     with pytest.raises(ValueError, match="plain SGD"):
         use_sparse_gradients(model, preset("THESIS", optimizer="adam"))
+
+
+def test_image_hidden_option_turns_the_thesis_image_layer_off(tmp_path, monkeypatch):
+    """`--image-hidden 0` gives the thesis's shallow model its linear image side (§6.5: "the small trainable visual
+    network also does not contain any hidden layer"); without it the THESIS preset keeps its 1,000 units."""
+    from types import SimpleNamespace
+
+    from click.testing import CliRunner
+
+    from imgtxt.cli.main import app
+    from imgtxt.research import pipeline
+    from imgtxt.research import train as train_module
+
+    seen = []
+    data = SimpleNamespace(text_setup=SimpleNamespace(description="stub"), vocab=None, extra={},
+                           train_features=np.zeros((2, 3)))
+    monkeypatch.setattr(pipeline, "build_training_data", lambda *args, **kwargs: data)
+    monkeypatch.setattr(train_module, "train", lambda run_dir, data, cfg, init_from=None: seen.append(cfg) or {})
+    (tmp_path / "d").mkdir()
+    base = ["train", "flickr8k", "--data-dir", str(tmp_path / "d"), "--preset", "THESIS", "--text-encoder", "bow",
+            "--run-dir", str(tmp_path / "run")]
+    runner = CliRunner()
+    assert runner.invoke(app, base + ["--image-hidden", "0"]).exit_code == 0
+    assert runner.invoke(app, base).exit_code == 0
+    assert [(c.image_hidden, c.image_bias) for c in seen] == [(0, True), (1000, True)]
+    refused = runner.invoke(app, base + ["--image-hidden", "-1"])
+    assert refused.exit_code != 0 and "--image-hidden must be a size >= 0" in refused.stderr and len(seen) == 2

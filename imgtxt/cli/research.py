@@ -65,16 +65,21 @@ def features(dataset, data_dir, splits, backbone, layer_set, crops, precision, b
 @dataset_arg
 @data_dir_opt
 @click.option("--preset", default="PH", show_default=True,
-              help="FNE paper Table 1 column, sizes for the dataset trained on: SH, MH, SOE, MOE, PH (sum->max), POE, "
-                   "and the baselines' SH-bl, MH-bl, SOE-bl, MOE-bl; THESIS = the 2016 thesis (one random negative, "
-                   "margin 0.15, SGD with linear decay, image hidden layer 1,000, all five captions; THESIS-ADAM: "
-                   "Adam, linear image map); RCN = the RCN paper's (Adam 2e-4, batch 16, affine image map; RCN-B128: "
-                   "batch 128, linear map)")
+              help="A Table 1 column of the 2019 FNE paper (Vilalta et al., Studying the Impact of the Full-Network "
+                   "Embedding on Multimodal Pipelines), sizes for the dataset trained on: SH, MH, SOE, MOE, PH "
+                   "(sum->max), POE, and the baselines' SH-bl, MH-bl, SOE-bl, MOE-bl; THESIS = A. I. Baqapuri's "
+                   "2016 thesis, Deep Learning applied to Image and Text matching (one random negative, margin 0.15, "
+                   "SGD with linear decay, image hidden layer 1,000, all five captions; THESIS-ADAM: Adam, linear "
+                   "image map); RCN = the RCN paper's (Adam 2e-4, batch 16, affine image map, no clipping; "
+                   "RCN-B128: batch 128, linear map)")
 @click.option("--features", "feature_kind", default="fne", show_default=True,
               help="fne (full network) or baseline (one layer)")
 @feature_options
 @click.option("--embed-dim", type=int, default=None, help="Joint space size (preset: paper's)")
 @click.option("--word-dim", type=int, default=None, help="Word embedding size (preset: paper's)")
+@click.option("--image-hidden", type=int, default=None,
+              help="Image side: a ReLU hidden layer of this size before the map (preset: THESIS 1,000, others none; "
+                   "0 = none, the thesis's shallow model)")
 @click.option("--image-dropout", type=float, default=0.0, show_default=True, help="Dropout on the image features")
 @click.option("--weight-decay", type=float, default=0.0, show_default=True, help="L2 penalty on the image projection")
 @click.option("--epochs", type=int, default=None, help="Maximum epochs per phase (preset: 200; MH on Flickr: 400)")
@@ -99,8 +104,9 @@ def features(dataset, data_dir, splits, backbone, layer_set, crops, precision, b
 @click.option("--seed", type=int, default=0, show_default=True, help="Random seed (weights, batches, dropout)")
 @click.option("--text-encoder", default="gru", show_default=True,
               help="gru (the paper's, trained from scratch), minilm (pretrained all-MiniLM-L6-v2 + a trained head; "
-                   "open vocabulary), rcn (Recurrent Capsule Network, Francis, Huet and Merialdo 2018), bow (the 2016 "
-                   "thesis's bag of n-grams; shallow = --bow-ngrams bi --bow-hidden 0), sse (thesis's SSE), amecon "
+                   "open vocabulary), rcn (Recurrent Capsule Network, Francis, Huet and Merialdo 2018), bow (Baqapuri's "
+                   "2016 thesis's bag of n-grams; shallow = --bow-ngrams bi --bow-hidden 0 --image-hidden 0 "
+                   "--embed-dim 300), sse (the thesis's SSE), amecon "
                    "(Abstract Meta-Concepts, Chami, Tamaazousti and Le Borgne 2017; trained here, its own recipe)")
 @click.option("--bow-ngrams", default="uni", show_default=True,
               help="bow: uni (5,000 words), bi, tri or skip (50,000 n-grams)")
@@ -149,7 +155,7 @@ def features(dataset, data_dir, splits, backbone, layer_set, crops, precision, b
               help="Checkpoints and log; rerun to resume")
 @click.option("--output", type=PathType, default=None, help="Copy the best model here when done")
 def train(dataset, data_dir, preset, feature_kind, backbone, layer_set, crops, precision, backbone_weights, runtime,
-          embed_dim, word_dim, image_dropout, weight_decay, epochs, patience, captions, lr, phase2_lr, init_from, min_count,
+          embed_dim, word_dim, image_hidden, image_dropout, weight_decay, epochs, patience, captions, lr, phase2_lr, init_from, min_count,
           vocab_size, vocab_from, margin, similarity, use_abs, batch_size, coco_train, seed, text_encoder, bow_ngrams,
           bow_weighting, bow_hidden, sse_window, sse_kernels, sse_top, amecon_concepts, amecon_neighbours,
           amecon_vectors, amecon_hidden, amecon_regions, amecon_optimizer, negatives, rcn_capsules, rcn_recursions, rcn_lambda, text_weights, text_trainable_layers, text_head,
@@ -192,11 +198,14 @@ def train(dataset, data_dir, preset, feature_kind, backbone, layer_set, crops, p
         raise UsageError("--negatives must be i2t, t2i or both")
     if similarity is not None and similarity not in ("cosine", "order"):
         raise UsageError("--similarity must be 'cosine' or 'order'")
+    if image_hidden is not None and image_hidden < 0:
+        raise UsageError("--image-hidden must be a size >= 0 (0 = no hidden layer)")
     if batch_size is not None and batch_size < 2:
         raise UsageError("--batch-size must be at least 2 (the other pairs of a batch are the contrastive examples)")
     try:
         cfg = with_learning_rates(
-            make_preset(preset, dataset, embed_dim=embed_dim, word_dim=word_dim, image_dropout=image_dropout,
+            make_preset(preset, dataset, embed_dim=embed_dim, word_dim=word_dim, image_hidden=image_hidden,
+                        image_dropout=image_dropout,
                         weight_decay=weight_decay, max_epochs=epochs, patience=patience,
                         captions_per_image=captions, seed=seed, margin=margin, similarity=similarity,
                         use_abs=use_abs, batch_size=batch_size, text_lr=text_lr, lr_decay_epochs=lr_decay,
@@ -233,7 +242,7 @@ def train(dataset, data_dir, preset, feature_kind, backbone, layer_set, crops, p
 @click.option("--save-embeddings", type=PathType, default=None, help="Write images.npy and captions.npy here")
 @backbone_weights_opt
 @click.option("--metrics", default="standard", show_default=True,
-              help="'standard' (R@1/5/10, Med r, rsum) or 'thesis' (adds the 2016 thesis's R@{1,2,5,10} "
+              help="'standard' (R@1/5/10, Med r, rsum) or 'thesis' (adds Baqapuri's 2016 thesis's R@{1,2,5,10} "
                    "1st/rnd/avg/any, rPrecision(5) and its Med r)")
 @click.option("--ties", default="expected", show_default=True,
               help="Tied scores: 'expected' (random order) or 'pessimistic'")

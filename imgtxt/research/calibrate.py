@@ -6,13 +6,13 @@ The scores come from the paths a library uses: photos through the model's own CN
 exists. The split's vectors are computed once per model and cached (minutes of CNN on a busy CPU).
 
 What is fitted (imgtxt/model/calibration.py applies it):
-  - a logistic P(match | score) from every (caption, photo) pair of the split: the caption's own photo is a
-    match, every other photo is not; the negatives are weighted so that both classes count equally (a prior of
-    1/2: "is this photo one the caption describes, rather than any photo?"), since the split's own base rate
-    (1 in 1,000) says how big the gallery is, not how likely a result is to fit;
-  - two thresholds on that confidence, chosen on the split's top-1 results: `strong` where a query whose own
-    photo was removed from the gallery gets a strong top result for at most STRONG_FALSE of queries, `possible`
-    where it does for at most POSSIBLE_FALSE.
+  - a logistic P(match | score) on each caption's TOP best-scoring photos of the split (the results a user is
+    shown: `search -n` is 10 by default), the caption's own photo being the match and the others not, every pair
+    weighted alike: the confidence is the chance that a result shown at this score is the caption's own photo;
+  - two thresholds on that confidence, from the captions' best score over the gallery *without* their own photo:
+    `strong` where at most STRONG_FALSE of them reach it, `possible` where at most POSSIBLE_FALSE do (never above
+    `strong`); each threshold lies midway between the last score let through and the first kept out, and equal
+    scores are let through or kept out together.
 """
 from __future__ import annotations
 
@@ -28,9 +28,9 @@ from imgtxt.model.calibration import LEVELS, Calibration
 
 from .datasets import CAPTIONS_PER_IMAGE, load_split
 
-STRONG_FALSE = 0.05     # at most 5% of own-photo-removed queries get a "strong" top result on the split
+TOP = 10                # each caption's top results that the logistic is fitted on
+STRONG_FALSE = 0.10     # at most 10% of own-photo-removed captions get a "strong" top result on the split
 POSSIBLE_FALSE = 0.50   # ... and at most half a "possible" one (the rest: weak)
-NEGATIVES_PER_QUERY = 200   # non-matching photos sampled per caption for the fit (all 999 change nothing but time)
 
 
 def cache_path(model, dataset: str, split) -> Path:
@@ -117,11 +117,14 @@ def top_pairs(scores: np.ndarray, own: np.ndarray, k: int) -> tuple[np.ndarray, 
 
 def score_above_share(scores: np.ndarray, share: float) -> float:
     """The score threshold that at most `share` of `scores` reach: midway between the last one let through and
-    the first one kept out, so the stored threshold is not on top of a measured score."""
+    the first one kept out, so the stored threshold is not on top of a measured score. Equal scores are let
+    through or kept out together: when the cut would fall inside a run of equal scores, the whole run stays out."""
     ranked = np.sort(np.asarray(scores, np.float64))[::-1]
     allowed = int(np.floor(share * len(ranked) + 1e-9))
     if allowed >= len(ranked):
         return float(ranked[-1])
+    while allowed > 0 and ranked[allowed - 1] == ranked[allowed]:
+        allowed -= 1
     if allowed == 0:
         return float(ranked[0]) + 1e-6
     return float(ranked[allowed - 1] + ranked[allowed]) / 2
@@ -134,8 +137,8 @@ def own_photo_removed(scores: np.ndarray, own: np.ndarray) -> np.ndarray:
     return masked.max(axis=1)
 
 
-def fit(scores: np.ndarray, own: np.ndarray, top: int = 10, strong_false: float = 0.10,
-        possible_false: float = 0.50) -> Calibration:
+def fit(scores: np.ndarray, own: np.ndarray, top: int = TOP, strong_false: float = STRONG_FALSE,
+        possible_false: float = POSSIBLE_FALSE) -> Calibration:
     """The calibration from a (queries, photos) score matrix and each query's own photo.
 
     Logistic P(match | score) on every query's `top` results over the whole gallery (the results a user is shown:
@@ -215,8 +218,9 @@ class Fitted:
     fitted_on: dict
 
 
-def calibrate(model, dataset: str, data_dir: Path | str, split: str = "val", top: int = 10,
-              strong_false: float = 0.10, possible_false: float = 0.50, quiet: bool = False) -> Fitted:
+def calibrate(model, dataset: str, data_dir: Path | str, split: str = "val", top: int = TOP,
+              strong_false: float = STRONG_FALSE, possible_false: float = POSSIBLE_FALSE,
+              quiet: bool = False) -> Fitted:
     images, captions = split_vectors(model, dataset, data_dir, split, quiet=quiet)
     scores = np.asarray(model.scores(images, captions), np.float32).T   # (captions, photos)
     own = np.arange(len(captions)) // CAPTIONS_PER_IMAGE

@@ -24,6 +24,7 @@ from imgtxt.model.search_tuning import photo_offsets
 
 from .datasets import CAPTIONS_PER_IMAGE, load_split
 from .metrics import evaluate_scores
+from .search_fit import best_recall_smallest_weight
 
 REFERENCE_STRIDE = 2          # 3,000 of Flickr8k's 6,000 train photos: 4.2 MB stored as int8 rows
 TOP_KS = (5, 10, 20, 40)
@@ -47,7 +48,7 @@ def fit_caption_hubness(photos: np.ndarray, captions: np.ndarray, reference: np.
             i2t = evaluate_scores(base - penalty(offsets, section)[None, :], CAPTIONS_PER_IMAGE)["i2t"]
             recalls = [round(float(i2t[x]), 1) for x in ("r1", "r5", "r10")]
             rows.append({"top_k": k, "weight": w, "i2t": recalls, "i2t_sum": round(float(sum(recalls)), 2)})
-    best = max(rows, key=lambda r: (r["i2t_sum"], -r["weight"]))
+    best = best_recall_smallest_weight(rows, "i2t_sum")
     return {"top_k": best["top_k"], "weight": best["weight"], "center": round(centers[best["top_k"]], 4)}, rows
 
 

@@ -137,9 +137,16 @@ def choose_weights(model: TrainedModel, bridge: concepts.ConceptBridge, raw_val:
                          "t2i": [round(float(result["t2i"][k]), 1) for k in ("r1", "r5", "r10")],
                          "mean_scale": round(float(w + cw * top1.mean()), 3)})
             log(f"weight {w:.2f} + {cw:.2f} x confidence: val rsum {rows[-1]['rsum']:.2f}")
-    best = max(r["rsum"] for r in rows)
-    chosen = max((r for r in rows if r["rsum"] >= best - tolerance), key=lambda r: (r["mean_scale"], r["rsum"]))
+    chosen = most_conse_say(rows, tolerance)
     return chosen["weight"], chosen["confidence_weight"], rows
+
+
+def most_conse_say(rows: list[dict], tolerance: float = 0.5) -> dict:
+    """The selection rule of choose_weights: among the rows within `tolerance` of the best val rsum, the one with
+    the largest mean ConSE scale (weight + confidence_weight x the mean top-1 probability); the higher rsum on a
+    tie."""
+    best = max(r["rsum"] for r in rows)
+    return max((r for r in rows if r["rsum"] >= best - tolerance), key=lambda r: (r["mean_scale"], r["rsum"]))
 
 
 def add_concepts(model_dir: Path | str, out: Path | str, dataset: str, data_dir: Path | str,

@@ -1,4 +1,4 @@
-"""The joint image-text space (Kiros et al. as modified in the FNE paper, section 3.2), in torch.
+"""The joint image-text space (Kiros et al. as modified in the 2019 FNE paper, section 3.2), in torch.
 
 caption -> a text encoder (imgtxt/text_encoders: the paper's GRU, or a pretrained MiniLM + head) -> L2 norm
                                                                                    (-> abs for order embeddings)

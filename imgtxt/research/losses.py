@@ -1,4 +1,4 @@
-"""Similarities and hinge ranking losses of the joint space (FNE paper, sections 3.2-3.4).
+"""Similarities and hinge ranking losses of the joint space (2019 FNE paper, sections 3.2-3.4).
 
 SH  = sum of hinges, cosine           (Kiros et al., UVS)
 MH  = max of hinges, cosine           (Faghri et al., VSE++)

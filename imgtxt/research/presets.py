@@ -1,6 +1,7 @@
-"""Training presets: the FNE paper's Table 1 (every column, per dataset, and the one-layer "-bl" rows), the 2016
-thesis's setting (THESIS) and the Recurrent Capsule Network paper's (RCN), as TrainConfig objects that the CLI may
-override field by field."""
+"""Training presets: the 2019 FNE paper's Table 1 (Vilalta et al., Studying the Impact of the Full-Network Embedding
+on Multimodal Pipelines; every column, per dataset, and the one-layer "-bl" rows), the setting of A. I. Baqapuri's
+2016 thesis, Deep Learning applied to Image and Text matching (THESIS), and the Recurrent Capsule Network paper's
+(RCN), as TrainConfig objects that the CLI may override field by field."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
@@ -48,7 +49,7 @@ class TrainConfig:
         return cls(**d)
 
 
-# FNE paper (2019) Table 1, every column: loss, similarity, margin, abs, learning rate(s), word embedding size,
+# The 2019 FNE paper's Table 1, every column: loss, similarity, margin, abs, learning rate(s), word embedding size,
 # and the joint-space size per dataset. The "-bl" rows are the one-layer (FC7) baselines' own settings.
 # Sizes are the paper's; on a CPU they are slow, so the CLI lets --embed-dim/--word-dim override them
 # (and README says which were used for each number).
@@ -83,19 +84,20 @@ def _table1(name: str, dataset: str) -> TrainConfig:
 
 PRESETS: dict[str, TrainConfig] = {name: _table1(name, "flickr8k") for name in _TABLE1}
 
-# The 2016 thesis (Table 6.1, sections 5.1, 6.3, "our model: BoW"): one random negative per pair, margin 0.15,
+# The 2016 thesis (Baqapuri, EPFL; Table 6.1, sections 5.1, 6.3, "our model: BoW"): one random negative per pair, margin 0.15,
 # SGD without momentum or weight decay at lr 0.001 falling linearly to 1% over 100 epochs, all five captions per
 # epoch, a 1,000-unit ReLU hidden layer on the image side, joint space 1,000. Negatives: the thesis trained one model
 # per direction (I2T negatives for its annotation numbers, T2I for its search numbers), never both at once; i2t is
 # the preset's, `negatives="t2i"` the search model. No gradient clipping (the thesis states none).
 # The RCN paper (section IV): Adam 2e-4, mini-batches of 16, the VSE++ max-of-hinges loss with margin 0.2,
-# word vectors 300, joint space 1,024, an affine map from the image features.
+# word vectors 300, joint space 1,024, an affine map from the image features; no gradient clipping (the paper states
+# none; the FNE presets clip at 2, as the 2019 FNE paper does in its GRUs).
 OTHER_PRESETS = {
     "THESIS": TrainConfig([Phase("single", 1e-3)], "cosine", 0.15, word_dim=300, embed_dim=1000, optimizer="sgd",
                           linear_decay_epochs=100, captions_per_image="all", negatives="i2t", image_hidden=1000,
                           image_bias=True, grad_clip=0.0),
     "RCN": TrainConfig([Phase("max", 2e-4)], "cosine", 0.2, word_dim=300, embed_dim=1024, batch_size=16,
-                       image_bias=True),
+                       image_bias=True, grad_clip=0.0),
 }
 # Today's variants, kept under names: THESIS-ADAM is the thesis loss as imgtxt first ran it (Adam, linear image
 # map, one caption per image, both negatives); RCN-B128 the RCN runs' batch and linear map.

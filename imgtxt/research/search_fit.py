@@ -49,7 +49,7 @@ def fit_hubness(photos: np.ndarray, captions: np.ndarray, bank: np.ndarray, stri
             t2i = evaluate_scores(base - w * offsets[:, None], CAPTIONS_PER_IMAGE)["t2i"]
             rows.append({"top_k": k, "weight": w, "t2i": [round(float(t2i[x]), 1) for x in ("r1", "r5", "r10")],
                          "t2i_sum": round(_recall_sum(t2i), 2)})
-    best = max(rows, key=lambda r: (r["t2i_sum"], -r["weight"]))
+    best = best_recall_smallest_weight(rows, "t2i_sum")
     center = float(search_tuning.photo_offsets(photos, bank, best["top_k"]).mean())
     return {"top_k": best["top_k"], "weight": best["weight"], "center": round(center, 4), "bank_stride": stride}, rows
 
@@ -70,9 +70,20 @@ def fit_gate(scores_i2t: np.ndarray, photos: np.ndarray, captions: np.ndarray, c
         t2i = evaluate_scores(photos @ gated.T + extra, CAPTIONS_PER_IMAGE)["t2i"]
         rows.append({"gain": gain, "rsum": round(i2t_sum + _recall_sum(t2i), 2),
                      "t2i": [round(float(t2i[x]), 1) for x in ("r1", "r5", "r10")]})
-    floor = rows[0]["rsum"] - GATE_TOLERANCE
-    chosen = max((r for r in rows if r["rsum"] >= floor), key=lambda r: r["gain"])
-    return {"start": round(start, 4), "span": SPAN, "gain": chosen["gain"]}, rows
+    return {"start": round(start, 4), "span": SPAN, "gain": largest_safe_gain(rows)["gain"]}, rows
+
+
+def best_recall_smallest_weight(rows: list[dict], key: str) -> dict:
+    """The hubness rule (here and in caption_fit): the row with the best recall sum `key`; on a tie the smaller
+    weight, then the first row (the smaller top_k)."""
+    return max(rows, key=lambda r: (r[key], -r["weight"]))
+
+
+def largest_safe_gain(rows: list[dict], tolerance: float = GATE_TOLERANCE) -> dict:
+    """The gate rule: rows[0] is no gate (gain 0); the largest gain whose val rsum is at least rows[0]'s minus
+    `tolerance`."""
+    floor = rows[0]["rsum"] - tolerance
+    return max((r for r in rows if r["rsum"] >= floor), key=lambda r: r["gain"])
 
 
 def tune_search(model, dataset: str, data_dir: Path | str, split: str = "val", quiet: bool = False) -> dict:

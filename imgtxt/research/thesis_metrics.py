@@ -1,4 +1,5 @@
-"""The evaluation variants of the 2016 thesis (Image-text matching, section 6.2), numpy only.
+"""The evaluation variants of A. I. Baqapuri's 2016 thesis, Deep Learning applied to Image and Text matching (EPFL,
+section 6.2), numpy only.
 
 Image annotation (i2t) with one caption per image, the candidate pool being that caption of every image:
   1st  the first of the five captions,  rnd  one random caption per image (seeded),

@@ -1,9 +1,10 @@
-"""Training the joint space (FNE paper section 4.3.1): Adam, batch 128, gradient clipping 2, every
+"""Training the joint space (2019 FNE paper section 4.3.1): Adam, batch 128, gradient clipping 2, every
 other pair in the batch as contrastive example, the best epoch by validation rsum kept. The thesis preset trains
-with plain SGD and a linear lr decay instead, the RCN preset with batch 16 (presets.py).
+with plain SGD and a linear lr decay instead, the RCN preset with batch 16 and no clipping (presets.py).
 
 Curriculum (PH, POE): phase 1 with the sum loss until validation stops improving, then phase 2
-continues from phase 1's best model with the max loss. Resumable: `state.pt` in the run folder is
+continues from phase 1's best model with the max loss, with a new optimiser (Adam's moments start at zero: the
+paper does not say; phase 1's moments belong to its last epoch's weights and to the sum loss). Resumable: `state.pt` in the run folder is
 rewritten atomically after every epoch; rerunning the same command continues from it.
 """
 from __future__ import annotations

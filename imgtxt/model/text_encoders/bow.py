@@ -1,4 +1,5 @@
-"""The 2016 thesis's bag-of-n-grams text models (Image-text matching, ch. 5-6), numpy runtime; torch: research/text_modules/bow.py.
+"""The bag-of-n-grams text models of A. I. Baqapuri's 2016 thesis, Deep Learning applied to Image and Text matching
+(EPFL; ch. 5-6), numpy runtime; torch: research/text_modules/bow.py.
 
 Text: lower-cased, every non-alphanumeric character removed, split on spaces, the articles a/an/the dropped
 (section 6.1). Features: unigrams (vocabulary 5,000), or with bigrams / trigrams / skip-grams (50,000), the most

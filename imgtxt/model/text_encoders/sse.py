@@ -1,6 +1,8 @@
-"""The thesis's SSE text model (Bespalov et al. 2011; thesis sections 5.2, 6.5): word lookup (M = 300) -> K = 300
-kernels convolved over the word sequence (window 5, zero padding at both ends, tanh) -> average over the sentence's
-positions -> a non-linearity (ReLU, the thesis's Table 6.1) and a linear layer into the joint space -> L2 norm.
+"""The SSE text model of A. I. Baqapuri's 2016 thesis (Deep Learning applied to Image and Text matching, EPFL;
+Bespalov et al. 2011; thesis sections 5.2, 6.5): word lookup (M = 300) -> K = 300 kernels convolved over the word
+sequence (window 5, zero padding at both ends) -> tanh -> average over the sentence's positions -> a non-linearity
+(ReLU, the thesis's Table 6.1) and a linear layer into the joint space -> L2 norm. The tanh on the convolution is
+imgtxt's choice: the thesis names no non-linearity between the convolution and the average.
 Words as in the thesis's BoW (bow.words: lower case, alphanumeric, no a/an/the), the 5,000 most frequent; 0 pads,
 1 is the unknown word. numpy runtime; torch: research/text_modules/sse.py.
 Tensors: sse.word_embedding (V, M), sse.conv.weight (K, M, window), sse.conv.bias (K,), sse.top.weight (E, K),
