@@ -31,6 +31,7 @@ from . import reach, vector_build
 from .index_folder import COMPLETE as REBUILD_COMPLETE
 from .index_folder import (
     IndexLock,
+    clear_leftovers,
     finish_interrupted_swap,
     open_rebuild_store,
     swap_in_rebuild,
@@ -38,6 +39,7 @@ from .index_folder import (
 from .index_summary import Summary
 from .photo_paths import is_under, path_key
 from .photo_work import Work, decode, hash_work
+from .rebuild import OldVectors, carry_over, open_old
 from .scan import Found, Problem, scan
 from .store import (
     NO_VECTOR,
@@ -65,8 +67,9 @@ def run_index(index_dir: Path, roots: list[str], model, excludes=(), batch_size:
     """Index `roots` into the index folder. `log` gets per-file messages, `notice` the important ones.
 
     prune: drop the photos of a root that is missing or empty now. rebuild: build a new database from the
-    photos into index.db.rebuild (a killed rebuild continues where it stopped) and swap it in only when it is
-    complete; the old index.db is kept as index.db.damaged. ray_address: embed on a Ray cluster (ray_index).
+    photos of `roots` into index.db.rebuild (a killed rebuild continues where it stopped), keeping the old
+    database's other folders and reusing its vectors by content (rebuild.py), and swap it in only when it is
+    complete; the old index.db is kept as index.db.damaged (numbered when that name is taken). ray_address: embed on a Ray cluster (ray_index).
     previews: decode a photo's embedded preview (MPF, EXIF, HEIC thumbnail) when it is large enough."""
     log = log or (lambda message: print(message, file=sys.stderr))
     if ray_address:   # an unreachable cluster is one line now, not minutes of retries after the scan
@@ -84,13 +87,21 @@ def run_index(index_dir: Path, roots: list[str], model, excludes=(), batch_size:
     except OSError as e:
         raise write_error(index_dir, e) from None
     with IndexLock(index_dir):  # before opening the store: a migration must not race another run
+        notice = notice or log
         if finish_interrupted_swap(index_dir):
-            notice = notice or log
             notice(f"imgtxt: finished the interrupted rebuild of {index_dir}")
         store = open_rebuild_store(index_dir) if rebuild else Store(index_dir)
+        old = None
         try:
-            run = IndexRun(store, roots, model, batch_size, workers, progress, log, notice or log, prune)
-            run.forgotten = forgotten_under(store, run.root_keys, notice or log)
+            if rebuild:   # the old database's other folders are kept, its vectors reused by content
+                conn = open_old(index_dir)
+                carry_over(store, conn, [path_key(r) for r in roots], notice)
+                old = OldVectors(conn, model.model_id, model.vector_dim)
+            else:
+                clear_leftovers(index_dir, notice)
+            run = IndexRun(store, roots, model, batch_size, workers, progress, log, notice, prune)
+            run.old_vectors = old
+            run.forgotten = forgotten_under(store, run.root_keys, notice)
             run.ray_address = ray_address  # embed on a Ray cluster (ray_index) instead of this process
             run.previews = previews
             summary = run.execute(list(excludes))
@@ -102,7 +113,11 @@ def run_index(index_dir: Path, roots: list[str], model, excludes=(), batch_size:
             raise classify(e, store.db_path) from None
         finally:
             store.close()
+            if old is not None:
+                old.close()
         if rebuild:
+            if old.reused:
+                notice(f"imgtxt: reused {old.reused} vectors of the old index for photos with the same bytes")
             swap_in_rebuild(index_dir)
         return summary
 
@@ -124,6 +139,7 @@ class IndexRun:
     """The phases of one run, in order; each leaves the database consistent (committed in transactions)."""
 
     forgotten: list[str] = []   # paths under the roots that `imgtxt forget` keeps out
+    old_vectors: OldVectors | None = None   # a rebuild: the old database's vectors by content hash
 
     def __init__(self, store: Store, roots, model, batch_size, workers, progress, log, notice, prune=False):
         self.store, self.roots, self.model, self.model_id = store, roots, model, model.model_id
@@ -272,8 +288,9 @@ class IndexRun:
             if w.error:
                 self.skip(w, w.error)
             elif w.hash not in known_hashes:
-                (copies if w.hash in first_of_hash else to_embed).append(w)
-                first_of_hash.add(w.hash)
+                if not self.reuse_old_vector(w):
+                    (copies if w.hash in first_of_hash else to_embed).append(w)
+                    first_of_hash.add(w.hash)
             elif w.existing is not None and w.existing["hash"] == w.hash and w.existing["model_id"] == self.model_id:
                 self.summary.unchanged += 1  # touched, same bytes: just note the new mtime
                 self.writes.append(lambda w=w: self.store.move_photo(w.existing["id"], w.path, w.size, w.mtime_ns))
@@ -287,8 +304,8 @@ class IndexRun:
                     self.summary.moved += 1
                     self.writes.append(
                         lambda w=w, i=self.rows[old]["id"]: self.store.move_photo(i, w.path, w.size, w.mtime_ns))
-                else:
-                    self.reuse_vector(w)
+                elif not self.reuse_vector(w):
+                    to_embed.append(w)   # its donor went since the membership test: embedded, never dropped
             if len(self.writes) >= 256:
                 self.commit()
         self.commit()
@@ -298,6 +315,17 @@ class IndexRun:
         donor = self.store.vector_for_hash(w.hash, self.model_id)
         if donor is None:
             return False
+        self.count_added_or_updated(w)
+        self.writes.append(lambda w=w, d=donor: self.store.put_photo(
+            w.path, w.size, w.mtime_ns, w.hash, d["width"], d["height"], d["embedding"], self.model_id))
+        return True
+
+    def reuse_old_vector(self, w: Work) -> bool:
+        """A rebuild: the old database's vector of these bytes, if it has a usable one."""
+        donor = self.old_vectors.vector(w.hash) if self.old_vectors is not None else None
+        if donor is None:
+            return False
+        self.old_vectors.reused += 1
         self.count_added_or_updated(w)
         self.writes.append(lambda w=w, d=donor: self.store.put_photo(
             w.path, w.size, w.mtime_ns, w.hash, d["width"], d["height"], d["embedding"], self.model_id))
