@@ -72,3 +72,107 @@ def test_a_plain_run_clears_what_a_killed_rebuild_left(library, tmp_path, monkey
     assert "removed the unfinished rebuild" in result.stderr
     left = sorted(p.name for p in library.index.iterdir() if p.name.startswith("index.db."))
     assert left == [], left
+
+
+def test_a_root_missing_from_the_start_is_missing_not_vanished(library, tmp_path):
+    folder = tmp_path / "p"
+    write_photo(folder / "a.jpg", seed=1)
+    library.run("index", folder, "-q")
+    folder.joinpath("a.jpg").unlink()
+    folder.rmdir()
+    result = library.run("index", folder, "--prune", "-q")
+    assert "cannot be reached (missing)" in result.stderr and "vanished" not in result.stderr, result.stderr
+
+
+# ------------------------------------------------------------------------------ unreadable for now: the row stays
+
+class LockedEntry:
+    """A directory entry as an unprivileged user sees it in a folder without its x bit: listed, not stat-able."""
+
+    def __init__(self, entry):
+        self._entry, self.name, self.path = entry, entry.name, entry.path
+
+    def stat(self, **kwargs):
+        raise PermissionError(13, "Permission denied", self.path)
+
+    def is_symlink(self):
+        return False
+
+    def is_dir(self, **kwargs):
+        return self._entry.is_dir(follow_symlinks=False)
+
+
+class LockedListing:
+    def __init__(self, listing):
+        self.listing = listing
+
+    def __enter__(self):
+        return [LockedEntry(e) for e in self.listing.__enter__()]
+
+    def __exit__(self, *exc):
+        return self.listing.__exit__(*exc)
+
+
+def test_a_folder_without_its_x_bit_keeps_its_photos(library, tmp_path, monkeypatch):
+    folder = tmp_path / "p"
+    write_photo(folder / "a.jpg", seed=1)
+    write_photo(folder / "sub" / "b.jpg", seed=2)
+    library.run("index", folder, "-q")
+    before = rows(library)
+    real_scandir = os.scandir
+    locked = str(folder / "sub")   # chmod 644 sub, as a user other than root sees it
+    monkeypatch.setattr(os, "scandir", lambda path=".": LockedListing(real_scandir(path)) if str(path) == locked
+                        else real_scandir(path))
+    for args in ([], ["--prune"]):
+        s = summary_of(library.run("index", folder, "--json", "-q", *args))
+        assert (s["removed"], s["indexed"]) == (0, 2) and s["skipped_reasons"] == {"permission denied": 1}, s
+        assert rows(library) == before
+
+
+def test_a_photo_truncated_or_emptied_for_a_moment_keeps_its_row(library, tmp_path):
+    folder = tmp_path / "p"
+    write_photo(folder / "a.jpg", seed=1)
+    write_photo(folder / "b.jpg", seed=2)
+    library.run("index", folder, "-q")
+    before = rows(library)
+    whole = (folder / "a.jpg").read_bytes()
+    for damaged in (whole[: len(whole) // 2], b""):      # a sync client rewriting it
+        (folder / "a.jpg").write_bytes(damaged)
+        result = library.run("index", folder, "--json")
+        s = summary_of(result)
+        assert (s["removed"], s["indexed"], s["skipped"]) == (0, 2, 1), s
+        assert "kept its earlier vector" in result.stderr
+        assert rows(library) == before
+    (folder / "a.jpg").write_bytes(whole)
+    s = summary_of(library.run("index", folder, "--json", "-q"))
+    assert (s["embedded"], s["indexed"], s["skipped"]) == (0, 2, 0), s
+    (folder / "a.jpg").unlink()                          # gone for good: removed
+    s = summary_of(library.run("index", folder, "--json", "-q"))
+    assert (s["removed"], s["indexed"]) == (1, 1), s
+
+
+def test_a_model_giving_nan_never_removes_a_good_vector(library, tmp_path, monkeypatch):
+    import numpy as np
+
+    from imgtxt.model.modelfile import TrainedModel
+
+    folder = tmp_path / "p"
+    for i in range(3):
+        write_photo(folder / f"{i}.jpg", seed=i)
+    library.run("index", folder, "-q")
+    before = rows(library)
+    monkeypatch.setattr(TrainedModel, "embed_images", lambda self, squares: np.full((len(squares), 64), np.nan))
+    real_load = TrainedModel.load.__func__
+
+    def another_model(cls, *args, **kwargs):             # damaged weights are another model (another id)
+        model = real_load(cls, *args, **kwargs)
+        model.model_id = "broken-000000000000"
+        return model
+    monkeypatch.setattr(TrainedModel, "load", classmethod(another_model))
+    for name in ("0.jpg", "1.jpg", "2.jpg"):
+        (folder / name).touch()
+    write_photo(folder / "1.jpg", seed=11)               # changed: needs the (broken) model
+    result = library.run("index", folder, "--json")
+    s = summary_of(result)
+    assert s["removed"] == 0 and "no usable vector" in result.stderr, s
+    assert rows(library) == before

@@ -28,6 +28,7 @@ from imgtxt.model.previews import raw_hint
 from imgtxt.safe_text import printable
 
 from . import reach, vector_build
+from .reach import keeps_row
 from .index_folder import COMPLETE as REBUILD_COMPLETE
 from .index_folder import (
     IndexLock,
@@ -178,13 +179,17 @@ class IndexRun:
             self.summary.updated += 1
 
     def skip(self, w: Work, reason: str) -> None:
+        """A file that gave no vector now. An indexed photo keeps its row (the vector of its last good bytes) unless
+        the path is no longer a file: unreadable for a moment (permissions, a sync client truncating it, I/O) or a
+        model that gives NaN never costs a good vector; the next run tries it again."""
         key = path_key(w.path)
+        keep = w.existing is not None and keeps_row(reason)
         self.summary.skipped[key] = reason
         self.summary.new_skips.append((key, reason))
-        self.log(f"imgtxt: skipped {printable(key)}: {reason}")
-        if w.existing is not None:
+        self.log(f"imgtxt: skipped {printable(key)}: {reason}" + ("; kept its earlier vector" if keep else ""))
+        if w.existing is not None and not keep:
             self.summary.removed += 1
-        self.writes.append(lambda: self.store.put_skipped(w.path, reason, w.size, w.mtime_ns))
+        self.writes.append(lambda: self.store.put_skipped(w.path, reason, w.size, w.mtime_ns, keep_photo=keep))
 
     # ------------------------------------------------------------------ 1. what is on disk now
     def scan(self, excludes) -> tuple[dict[str, Found], list[Problem]]:
@@ -408,7 +413,7 @@ class IndexRun:
                 if self.old_skips.get(key, {}).get("reason") != problem.reason:
                     summary.new_skips.append((key, problem.reason))
                     self.log(f"imgtxt: skipped {printable(key)}: {problem.reason}")
-                store.put_skipped(problem.path, problem.reason)
+                store.put_skipped(problem.path, problem.reason, keep_photo=keeps_row(problem.reason))
         dim = self.model.vector_dim
         try:
             synced = vector_build.sync(store, self.model_id, dim, self.model.similarity_kind)

@@ -363,11 +363,14 @@ class Store:
     def skipped_rows(self) -> dict[str, dict]:
         return {r["path"]: r for r in self.db.query("SELECT path, size, mtime_ns, reason FROM skipped")}
 
-    def put_skipped(self, path: str, reason: str, size: int | None = None, mtime_ns: int | None = None) -> None:
+    def put_skipped(self, path: str, reason: str, size: int | None = None, mtime_ns: int | None = None,
+                    keep_photo: bool = False) -> None:
+        """Record a file that gave no vector; its photos row goes too unless `keep_photo` (unreadable for now)."""
         key = path_key(path)
         self.db["skipped"].upsert({"path": key, "path_bytes": path_bytes(path), "size": size, "mtime_ns": mtime_ns,
                                    "reason": reason, "seen_at": now_iso()}, pk="path")
-        self.db.execute("DELETE FROM photos WHERE path = ?", [key])
+        if not keep_photo:
+            self.db.execute("DELETE FROM photos WHERE path = ?", [key])
 
     def remove_skipped(self, keys: list[str]) -> None:
         for key in keys:
