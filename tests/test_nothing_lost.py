@@ -176,3 +176,114 @@ def test_a_model_giving_nan_never_removes_a_good_vector(library, tmp_path, monke
     s = summary_of(result)
     assert s["removed"] == 0 and "no usable vector" in result.stderr, s
     assert rows(library) == before
+
+
+# ------------------------------------------------------------------------------ a vector is of its hash's bytes
+
+def fresh_vector(model_dir, path):
+    """The vector a clean index would store for the bytes at `path` now (as float16, as stored)."""
+    import numpy as np
+
+    from imgtxt.library.photo_work import Work, decode
+    from imgtxt.model.modelfile import TrainedModel
+
+    model = TrainedModel.load(model_dir)
+    square, _, _ = decode(Work(str(path), 0, 0, None), model.image_embedder().resize_size)
+    return np.asarray(model.embed_images(square[None])[0], np.float16)
+
+
+def stored_vector(library, path):
+    import numpy as np
+
+    conn = sqlite3.connect(library.index / "index.db")
+    try:
+        content, blob = conn.execute("SELECT hash, embedding FROM photos WHERE path = ?", [str(path)]).fetchone()
+    finally:
+        conn.close()
+    return content, np.frombuffer(blob, np.float16)
+
+
+def assert_true_to_its_bytes(library, path):
+    import numpy as np
+
+    from imgtxt.library.photo_work import file_hash
+
+    content, vector = stored_vector(library, path)
+    assert content == file_hash(str(path)), path
+    np.testing.assert_allclose(vector, fresh_vector(library.model, path), atol=2e-3)
+
+
+def replaced_after_first_open(monkeypatch, target, replacement: bytes):
+    """The file at `target` is replaced (a new inode, as editors and sync clients write) right after the first
+    open of it by photo_work: that reader keeps the old bytes, every later one gets the new ones."""
+    from imgtxt.library import photo_work
+
+    real = photo_work.regular_opener
+    done = []
+
+    def opener(path, flags=os.O_RDONLY):
+        fd = real(path, flags)
+        if os.fspath(path) == str(target) and not done:
+            done.append(True)
+            tmp = str(target) + ".new"
+            with open(tmp, "wb") as f:
+                f.write(replacement)
+            os.replace(tmp, target)
+        return fd
+    monkeypatch.setattr(photo_work, "regular_opener", opener)
+
+
+def test_a_photo_rewritten_while_it_is_indexed_is_stored_with_the_hash_of_the_bytes_embedded(library, tmp_path,
+                                                                                              monkeypatch):
+    folder = tmp_path / "p"
+    write_photo(folder / "a.jpg", seed=1)
+    other = write_photo(tmp_path / "other.jpg", seed=2).read_bytes()
+    replaced_after_first_open(monkeypatch, folder / "a.jpg", other)
+    library.run("index", folder, "-q")
+    assert_true_to_its_bytes(library, folder / "a.jpg")
+
+
+def test_a_thumbnail_made_during_a_rewrite_is_of_the_bytes_its_name_says(tmp_path, monkeypatch):
+    import numpy as np
+    from PIL import Image
+
+    from imgtxt.library import thumbnails
+    from imgtxt.library.photo_work import file_hash
+
+    monkeypatch.setenv("IMGTXT_CACHE_DIR", str(tmp_path / "cache"))
+    photo = write_photo(tmp_path / "a.jpg", seed=1, size=(64, 48))
+    first = photo.read_bytes()
+    red = tmp_path / "red.jpg"
+    Image.new("RGB", (64, 48), (255, 0, 0)).save(red)
+    replaced_after_first_open(monkeypatch, photo, red.read_bytes())
+    made = thumbnails.thumbnail(str(photo), 32)
+    kept = tmp_path / "first.jpg"
+    kept.write_bytes(first)
+    if made.stem == file_hash(str(kept)):      # named after the first bytes: must show them, not the red picture
+        assert np.asarray(Image.open(made))[..., 0].mean() < 200
+    else:
+        assert made.stem == file_hash(str(photo))
+
+
+@pytest.mark.parametrize("how", ["mv both ways", "cp + touch -r"])
+def test_two_photos_of_equal_size_and_mtime_that_swap_names_swap_vectors(library, tmp_path, how):
+    import shutil
+
+    folder = tmp_path / "p"
+    a = write_photo(folder / "a.bmp", seed=1, size=(64, 48))
+    b = write_photo(folder / "b.bmp", seed=2, size=(64, 48))
+    assert a.stat().st_size == b.stat().st_size
+    os.utime(a, ns=(10**18, 10**18))
+    os.utime(b, ns=(10**18, 10**18))
+    library.run("index", folder, "-q")
+    if how == "mv both ways":
+        os.rename(a, folder / "t.bmp")
+        os.rename(b, a)
+        os.rename(folder / "t.bmp", b)
+    else:
+        shutil.copyfile(b, a)                                # a now holds b's bytes, in a's inode
+        os.utime(a, ns=(10**18, 10**18))
+    s = summary_of(library.run("index", folder, "--json", "-q"))
+    assert s["embedded"] == 0, s                          # the bytes are known: vectors reused, by content
+    for path in (a, b):
+        assert_true_to_its_bytes(library, path)

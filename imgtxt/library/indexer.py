@@ -39,8 +39,9 @@ from .index_folder import (
 )
 from .index_summary import Summary
 from .photo_paths import is_under, path_key
-from .photo_work import Work, decode, hash_work
-from .rebuild import OldVectors, carry_over, open_old
+from .photo_work import Work, decode
+from .content_reuse import ContentReuse
+from .rebuild import PREVIEWS, OldVectors, carry_over, open_old
 from .scan import Found, Problem, scan
 from .store import (
     NO_VECTOR,
@@ -97,7 +98,7 @@ def run_index(index_dir: Path, roots: list[str], model, excludes=(), batch_size:
             if rebuild:   # the old database's other folders are kept, its vectors reused by content
                 conn = open_old(index_dir)
                 carry_over(store, conn, [path_key(r) for r in roots], notice)
-                old = OldVectors(conn, model.model_id, model.vector_dim)
+                old = OldVectors(conn, model.model_id, model.vector_dim, previews)
             else:
                 clear_leftovers(index_dir, notice)
             run = IndexRun(store, roots, model, batch_size, workers, progress, log, notice, prune)
@@ -136,11 +137,10 @@ def forgotten_under(store: Store, root_keys: list[str], notice) -> list[str]:
     return kept
 
 
-class IndexRun:
+class IndexRun(ContentReuse):
     """The phases of one run, in order; each leaves the database consistent (committed in transactions)."""
 
     forgotten: list[str] = []   # paths under the roots that `imgtxt forget` keeps out
-    old_vectors: OldVectors | None = None   # a rebuild: the old database's vectors by content hash
 
     def __init__(self, store: Store, roots, model, batch_size, workers, progress, log, notice, prune=False):
         self.store, self.roots, self.model, self.model_id = store, roots, model, model.model_id
@@ -149,6 +149,7 @@ class IndexRun:
         self.batch_size, self.workers, self.progress, self.log, self.notice = batch_size, workers, progress, log, notice
         self.summary = Summary()
         self.writes: list = []     # pending database writes (callables), committed together
+        self.stamps: list = []     # (id, inode, ctime_ns) for unchanged rows of earlier versions
         self.previews = False      # decode embedded previews (images.load_rgb)
 
     def execute(self, excludes) -> Summary:
@@ -232,9 +233,12 @@ class IndexRun:
         for row in self.store.iter_photo_rows():
             entry = found.get(row.path)
             if entry is not None and (entry.size, entry.mtime_ns, self.model_id) == \
-                    (row.size, row.mtime_ns, row.model_id):
+                    (row.size, row.mtime_ns, row.model_id) and row.ctime_ns in (None, entry.ctime_ns) \
+                    and row.ino in (None, entry.ino):   # inode + ctime: not another file of equal size and mtime
                 self.summary.unchanged += 1
                 found[row.path] = None
+                if row.ino is None:   # written by an earlier version: its stamp from now on
+                    self.stamps.append((row.id, entry.ino, entry.ctime_ns))
             else:
                 rows[row.path] = row
         skipped = self.store.skipped_rows()
@@ -267,82 +271,12 @@ class IndexRun:
             if row is None and old_skip and (old_skip["size"], old_skip["mtime_ns"]) == (entry.size, entry.mtime_ns):
                 self.summary.skipped[key] = old_skip["reason"]  # known bad and unchanged: not retried
                 continue
-            work.append(Work(entry.path, entry.size, entry.mtime_ns, row))
+            work.append(Work(entry.path, entry.size, entry.mtime_ns, row, stamp=(entry.ino, entry.ctime_ns)))
         # Only rows under this run's roots can vanish; rows elsewhere are never opened, stat'ed nor removed
         # (their drive may be unplugged, and a path the database merely names could be anything, /dev/zero).
         # Neither do the photos of a folder that cannot be reached (reach.py).
         vanished = {k for k in rows if k not in found and is_under(k, self.root_keys) and not is_under(k, offline)}
         return work, vanished
-
-    # ------------------------------------------------------------------ 3. hash; known content keeps its vector
-    def reuse_known_content(self, work: list[Work], vanished: set[str]) -> tuple[list[Work], list[Work]]:
-        """Moves, renames, copies and touched files get the stored vector. Returns the photos to embed and the
-        copies of those (same bytes, found in this run), which get the vector once it is stored.
-
-        Every decision is O(1): vanished rows by hash from memory, a donor vector by an index lookup."""
-        known_hashes = self.store.hashes_with_vectors(self.model_id)
-        vanished_by_hash: dict[str, list[str]] = {}
-        for key in sorted(vanished):
-            row = self.rows[key]
-            if row["model_id"] == self.model_id:
-                vanished_by_hash.setdefault(row["hash"], []).append(key)
-        to_embed: list[Work] = []
-        copies: list[Work] = []
-        first_of_hash: set[str] = set()
-        for w, _ in in_order(hash_work, work, self.workers, 64):
-            if w.error:
-                self.skip(w, w.error)
-            elif w.hash not in known_hashes:
-                if not self.reuse_old_vector(w):
-                    (copies if w.hash in first_of_hash else to_embed).append(w)
-                    first_of_hash.add(w.hash)
-            elif w.existing is not None and w.existing["hash"] == w.hash and w.existing["model_id"] == self.model_id:
-                self.summary.unchanged += 1  # touched, same bytes: just note the new mtime
-                self.writes.append(lambda w=w: self.store.move_photo(w.existing["id"], w.path, w.size, w.mtime_ns))
-            else:
-                candidates = vanished_by_hash.get(w.hash, [])
-                while candidates and candidates[-1] not in vanished:
-                    candidates.pop()
-                if candidates:
-                    old = candidates.pop()
-                    vanished.discard(old)
-                    self.summary.moved += 1
-                    self.writes.append(
-                        lambda w=w, i=self.rows[old]["id"]: self.store.move_photo(i, w.path, w.size, w.mtime_ns))
-                elif not self.reuse_vector(w):
-                    to_embed.append(w)   # its donor went since the membership test: embedded, never dropped
-            if len(self.writes) >= 256:
-                self.commit()
-        self.commit()
-        return to_embed, copies
-
-    def reuse_vector(self, w: Work) -> bool:
-        donor = self.store.vector_for_hash(w.hash, self.model_id)
-        if donor is None:
-            return False
-        self.count_added_or_updated(w)
-        self.writes.append(lambda w=w, d=donor: self.store.put_photo(
-            w.path, w.size, w.mtime_ns, w.hash, d["width"], d["height"], d["embedding"], self.model_id))
-        return True
-
-    def reuse_old_vector(self, w: Work) -> bool:
-        """A rebuild: the old database's vector of these bytes, if it has a usable one."""
-        donor = self.old_vectors.vector(w.hash) if self.old_vectors is not None else None
-        if donor is None:
-            return False
-        self.old_vectors.reused += 1
-        self.count_added_or_updated(w)
-        self.writes.append(lambda w=w, d=donor: self.store.put_photo(
-            w.path, w.size, w.mtime_ns, w.hash, d["width"], d["height"], d["embedding"], self.model_id))
-        return True
-
-    def place_copies(self, copies: list[Work]) -> None:
-        """Copies of a photo embedded in this run share its vector; if the first copy could not be decoded,
-        the others are tried on their own."""
-        left = [w for w in copies if not self.reuse_vector(w)]
-        self.commit()
-        if left:
-            self.embed(left)
 
     # ------------------------------------------------------------------ 4. decode in threads, embed in batches
     def embed(self, to_embed: list[Work]) -> None:
@@ -378,7 +312,7 @@ class IndexRun:
                         continue
                     self.count_added_or_updated(w)
                     self.writes.append(lambda w=w, wd=width, ht=height, v=encode_vector(vector): self.store.put_photo(
-                        w.path, w.size, w.mtime_ns, w.hash, wd, ht, v, self.model_id))
+                        w.path, w.size, w.mtime_ns, w.hash, wd, ht, v, self.model_id, w.stamp))
                 self.summary.embedded += len(batch)
             done = len(self.writes)
             self.commit()  # one transaction per batch: kill -9 loses at most this batch
@@ -404,6 +338,7 @@ class IndexRun:
     def finish(self, found: dict[str, Found], problems: list[Problem], vanished: set[str]) -> None:
         store, summary = self.store, self.summary
         with store.db.atomic():
+            store.stamp_photos(self.stamps)
             store.remove_photos(sorted(vanished))
             summary.removed += len(vanished)
             store.remove_skipped([k for k in self.old_skips if k not in found and is_under(k, self.root_keys)])
@@ -424,4 +359,5 @@ class IndexRun:
             self.log(f"imgtxt: {synced.line()}")
         store.set_meta(model_id=self.model_id, model_folder=str(Path(self.model.folder).resolve()),
                        similarity=self.model.similarity_kind, embed_dim=dim, last_run=now_iso(),
-                       photos=summary.indexed, **{reach.MOUNTS_META: json.dumps(self.reach.mounts)})
+                       photos=summary.indexed, **{reach.MOUNTS_META: json.dumps(self.reach.mounts)},
+                       **{PREVIEWS: int(self.previews or store.meta().get(PREVIEWS) == "1")})

@@ -94,12 +94,13 @@ class Index:
 
     def stored_vector(self, path: str, model_id: str, dim: int) -> np.ndarray | None:
         """The indexed vector of a photo, if the file is unchanged since it was embedded by this model."""
-        row = self.conn.execute("SELECT size, mtime_ns, embedding, model_id FROM photos WHERE path = ?",
+        row = self.conn.execute("SELECT size, mtime_ns, embedding, model_id, ino, ctime_ns FROM photos WHERE path = ?",
                                 [path_key(path)]).fetchone()
         if row is None or row[3] != model_id:
             return None
-        st = os.stat(path)
-        if (st.st_size, st.st_mtime_ns) != (row[0], row[1]):
+        st = os.stat(path)   # inode and ctime too: another file of equal size and mtime is not this photo
+        if (st.st_size, st.st_mtime_ns) != (row[0], row[1]) or row[4] not in (None, st.st_ino & ((1 << 63) - 1)) \
+                or row[5] not in (None, st.st_ctime_ns):
             return None
         return decode_vectors([row[2]], dim)[0]
 

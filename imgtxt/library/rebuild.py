@@ -19,6 +19,7 @@ from .index_meta import meta_folders, read_meta
 from .photo_paths import is_under, path_key
 from .store import DB_NAME, Store, write_folders
 
+PREVIEWS = "previews"          # meta key: "1" once any run embedded photos' previews (--previews) into the index
 CARRIED = "rebuild_carried"   # meta key of a rebuild database that holds the old one's other folders already
 COLUMNS = "id, path, path_bytes, size, mtime_ns, hash, width, height, embedding, model_id, indexed_at"
 
@@ -53,6 +54,7 @@ def carry_over(store: Store, old: sqlite3.Connection | None, root_keys: list[str
         return
     kept, skipped, lost = 0, 0, None
     folders: list[str] = []
+    meta: dict = {}
     if old is None:
         lost = "it is not a readable database"
     else:
@@ -85,7 +87,7 @@ def carry_over(store: Store, old: sqlite3.Connection | None, root_keys: list[str
             lost = f"reading it stopped at: {str(e).splitlines()[0] if str(e) else 'a damaged page'}"
             kept = skipped = 0
     write_folders(store, add=folders)
-    store.set_meta(**{CARRIED: 1})
+    store.set_meta(**{CARRIED: 1, PREVIEWS: int(kept > 0 and meta.get(PREVIEWS) == "1")})
     if lost:
         notice(f"imgtxt: the old index could not be read ({lost}): the rebuilt index holds only "
                f"{', '.join(root_keys)}; the old file is kept beside it")
@@ -98,9 +100,15 @@ class OldVectors:
     """The old database's vectors by content hash, for the photos a rebuild re-checks; any read error (a damaged
     page) turns the lookups off, so the photo is embedded instead."""
 
-    def __init__(self, conn: sqlite3.Connection | None, model_id: str, dim: int):
+    def __init__(self, conn: sqlite3.Connection | None, model_id: str, dim: int, previews: bool = False):
         self.conn, self.model_id, self.dim = conn, model_id, dim
         self.reused = 0
+        try:   # vectors of embedded previews are not the main picture's: a rebuild that changes that embeds anew
+            if conn is not None and (read_meta(conn).get(PREVIEWS) == "1") != previews:
+                self.conn = None
+                conn.close()
+        except sqlite3.Error:
+            self.conn = None
 
     def vector(self, content_hash: str) -> dict | None:
         if self.conn is None:
