@@ -287,3 +287,32 @@ def test_two_photos_of_equal_size_and_mtime_that_swap_names_swap_vectors(library
     assert s["embedded"] == 0, s                          # the bytes are known: vectors reused, by content
     for path in (a, b):
         assert_true_to_its_bytes(library, path)
+
+
+# ------------------------------------------------------------------------------ leftovers and names
+
+def test_vector_files_left_by_a_killed_cleanup_go_with_the_next_run_and_a_folder_in_their_place_is_no_error(
+        library, tmp_path):
+    folder = tmp_path / "p"
+    write_photo(folder / "a.jpg", seed=1)
+    library.run("index", folder, "-q")
+    current = {p.name for p in library.index.glob("vectors-*")}
+    stale = library.index / "vectors-tiny-000000000000-deadbeef.vec"   # an old generation a kill left behind
+    stale.write_bytes(b"\0" * 64)
+    library.run("index", folder, "-q")                                  # nothing changed: no build
+    assert not stale.exists() and {p.name for p in library.index.glob("vectors-*")} == current
+    vec = next(library.index.glob("vectors-*.vec"))
+    vec.unlink()
+    vec.mkdir()                                                        # the search file replaced by a folder
+    s = summary_of(library.run("index", folder, "--json", "-q"))
+    assert s["vector_index"].startswith("vector index: rebuilt"), s
+    assert len(library.run("search", "a photo", "--json").stdout.splitlines()) == 1
+
+
+def test_a_write_error_names_the_file():
+    from pathlib import Path
+
+    from imgtxt.library.store import write_error
+
+    error = write_error(Path("idx"), IsADirectoryError(21, "Is a directory", "idx/vectors-m-1.vec"))
+    assert "Is a directory (idx/vectors-m-1.vec)" in str(error)

@@ -57,6 +57,8 @@ def write_error(path: Path, error: Exception) -> StoreError:
     text = str(error).splitlines()[0] if str(error) else error.__class__.__name__
     if isinstance(error, OSError) and error.strerror:
         text = error.strerror
+        if error.filename:   # the file it is about: "Is a directory" alone names nothing
+            text += f" ({os.fsdecode(error.filename)})"
     return StoreError(f"cannot write the index at {path}: {text}; the photos committed so far are kept, "
                       f"free space (or make the folder writable) and run `imgtxt index` again")
 

@@ -127,6 +127,11 @@ def check_shapes(tensors, config: dict, path: Path) -> None:
         expected.update({"gru.weight_ih": (3 * h, w), "gru.weight_hh": (3 * h, h), "gru.bias_ih": (3 * h,),
                          "gru.bias_hh": (3 * h,)})
     expected.update(text_encoders.tensor_shapes(text_config, h))
+    if text_config["kind"] == "minilm":   # text.layers fewer than the weights hold would drop layers silently
+        unused = f"minilm.encoder.layer.{text_config['layers']}."
+        if any(name.startswith(unused) for name in tensors.keys()):
+            raise ModelError(f"{path}: model.json says text.layers {text_config['layers']}, but the weights hold "
+                             f"more layers")
     if "concepts" in config:
         missing = [n for n in concepts.TENSOR_NAMES if n not in tensors]
         if missing:
