@@ -53,6 +53,26 @@ def test_a_rebuild_of_one_folder_keeps_the_others_reuses_vectors_and_never_overw
     assert {f["path"] for f in folders} == {str(a), str(b)}
 
 
+def test_a_rebuild_keeps_what_it_cannot_look_at_now(library, tmp_path):
+    """An unplugged root, a photo truncated for a moment: kept by a rebuild as by a plain run."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    for i in range(2):
+        write_photo(a / f"{i}.jpg", seed=i)
+        write_photo(b / f"{i}.jpg", seed=10 + i)
+    library.run("index", a, b, "-q")
+    before = {p: h for p, (h, _) in rows(library).items()}
+    whole = (a / "0.jpg").read_bytes()
+    (a / "0.jpg").write_bytes(whole[: len(whole) // 3])
+    b.rename(tmp_path / "b-unplugged")
+    s = summary_of(library.run("index", a, b, "--rebuild", "--json"))
+    assert (s["indexed"], s["embedded"], s["removed"]) == (4, 0, 0), s
+    assert {p: h for p, (h, _) in rows(library).items()} == before
+    (tmp_path / "b-unplugged").rename(b)
+    (a / "0.jpg").write_bytes(whole)
+    s = summary_of(library.run("index", a, b, "--json", "-q"))
+    assert (s["indexed"], s["embedded"]) == (4, 0), s
+
+
 def test_a_plain_run_clears_what_a_killed_rebuild_left(library, tmp_path, monkeypatch):
     from imgtxt.library.indexer import IndexRun
 

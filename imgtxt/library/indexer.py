@@ -184,7 +184,11 @@ class IndexRun(ContentReuse):
         the path is no longer a file: unreadable for a moment (permissions, a sync client truncating it, I/O) or a
         model that gives NaN never costs a good vector; the next run tries it again."""
         key = path_key(w.path)
-        keep = w.existing is not None and keeps_row(reason)
+        old_row = self.old_vectors.row_at(key) if self.old_vectors and w.existing is None and keeps_row(reason) \
+            else None
+        if old_row is not None:   # a rebuild: the old database's row, as a plain run would keep it
+            self.writes.append(lambda: self.old_vectors.insert(self.store, old_row))
+        keep = (w.existing is not None or old_row is not None) and keeps_row(reason)
         self.summary.skipped[key] = reason
         self.summary.new_skips.append((key, reason))
         self.log(f"imgtxt: skipped {printable(key)}: {reason}" + ("; kept its earlier vector" if keep else ""))
@@ -211,16 +215,22 @@ class IndexRun(ContentReuse):
     def offline_roots(self, found: dict[str, Found | None], problems: list[Problem], rows: dict) -> list[str]:
         """The folders whose photos are kept because they cannot be reached now (reach.py's rule), with a
         notice for each. `rows` may leave out the rows that matched the disk: an unreachable folder has none."""
+        indexed = list(rows)
+        if self.old_vectors is not None:   # a rebuild: what the old database holds is what can be kept
+            indexed += [k for k in self.old_vectors.keys_under(self.root_keys) if k not in found and k not in rows]
         for root, key in zip(self.roots, self.root_keys):
-            if not os.path.lexists(root) and not any(is_under(k, [key]) for k in rows):
+            if not os.path.lexists(root) and not any(is_under(k, [key]) for k in indexed):
                 raise StoreError(f"no such folder: {root}")
-        self.reach = reach.decide(self.roots, found.keys(), problems, rows.keys(), self.store.meta(),
+        self.reach = reach.decide(self.roots, found.keys(), problems, indexed, self.store.meta(),
                                   self.scanned_mounts, self.prune)
+        if self.old_vectors is not None:
+            with self.store.db.atomic():
+                self.old_vectors.carry_rows(self.store, self.reach.keep)
         for key, reason in self.reach.pruned.items():
-            held = sum(1 for k in rows if is_under(k, [key]))
+            held = sum(1 for k in indexed if is_under(k, [key]))
             self.notice(f"imgtxt: {printable(key)} cannot be reached ({reason}): removing its {held} photos (--prune)")
         for key, reason in self.reach.offline.items():
-            held = sum(1 for k in rows if is_under(k, [key]))
+            held = sum(1 for k in indexed if is_under(k, [key]))
             self.summary.kept_offline[printable(key)] = held
             self.notice(f"imgtxt: {printable(key)} cannot be reached ({reason}; an unplugged drive?): kept its "
                         f"{held} photos; pass --prune to remove them")

@@ -97,18 +97,60 @@ def carry_over(store: Store, old: sqlite3.Connection | None, root_keys: list[str
 
 
 class OldVectors:
-    """The old database's vectors by content hash, for the photos a rebuild re-checks; any read error (a damaged
-    page) turns the lookups off, so the photo is embedded instead."""
+    """The old database's rows for the folders a rebuild re-checks: vectors by content hash, and the rows of what
+    cannot be looked at now (kept, as a plain run keeps them). Any read error (a damaged page) turns the lookups
+    off: the photo is embedded instead, or, unreadable, left out."""
 
     def __init__(self, conn: sqlite3.Connection | None, model_id: str, dim: int, previews: bool = False):
-        self.conn, self.model_id, self.dim = conn, model_id, dim
-        self.reused = 0
+        self.source, self.conn, self.model_id, self.dim = conn, conn, model_id, dim
+        self.reused = self.kept = 0
         try:   # vectors of embedded previews are not the main picture's: a rebuild that changes that embeds anew
             if conn is not None and (read_meta(conn).get(PREVIEWS) == "1") != previews:
                 self.conn = None
-                conn.close()
         except sqlite3.Error:
-            self.conn = None
+            self.conn = self.source = None
+
+    def keys_under(self, folders: list[str]) -> list[str]:
+        """The old database's photo keys under `folders` (what a plain run would compare with the disk)."""
+        if self.source is None:
+            return []
+        try:
+            keys = (_key(p, raw) for p, raw in self.source.execute("SELECT path, path_bytes FROM photos"))
+            return [k for k in keys if k is not None and is_under(k, folders)]
+        except sqlite3.Error:
+            self.source = None
+            return []
+
+    def row_at(self, key: str) -> tuple | None:
+        """The old row of one photo (COLUMNS, without its id), or None."""
+        if self.source is None:
+            return None
+        try:
+            row = self.source.execute(f"SELECT {COLUMNS} FROM photos WHERE path = ?", [key]).fetchone()
+        except sqlite3.Error:
+            self.source = None
+            return None
+        return (key, *row[2:]) if row is not None and isinstance(row[8], bytes) else None
+
+    def carry_rows(self, store: Store, folders: list[str]) -> None:
+        """Copy the old rows under `folders` (offline roots, unreadable folders and photos) that the new database
+        lacks: a rebuild never drops what it cannot look at now."""
+        if self.source is None or not folders:
+            return
+        try:
+            for row in self.source.execute(f"SELECT {COLUMNS} FROM photos"):
+                key = _key(row[1], row[2])
+                if key is not None and is_under(key, folders) and isinstance(row[8], bytes):
+                    self.insert(store, (key, *row[2:]))
+        except sqlite3.Error:
+            self.source = None
+
+    def insert(self, store: Store, row: tuple) -> None:
+        """One old row into the new database under a new id (ids the rebuild gave out are not reused)."""
+        cursor = store.db.execute(f"INSERT OR IGNORE INTO photos ({COLUMNS.removeprefix('id, ')}, generation) "
+                                  f"VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)", list(row))
+        self.kept += max(cursor.rowcount, 0)
+        store.db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('vectors_dirty', '1')")
 
     def vector(self, content_hash: str) -> dict | None:
         if self.conn is None:
@@ -126,5 +168,5 @@ class OldVectors:
         return {"embedding": row[0], "width": row[1], "height": row[2]}
 
     def close(self) -> None:
-        if self.conn is not None:
-            self.conn.close()
+        for conn in {id(c): c for c in (self.conn, self.source) if c is not None}.values():
+            conn.close()
