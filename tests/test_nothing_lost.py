@@ -336,3 +336,21 @@ def test_a_write_error_names_the_file():
 
     error = write_error(Path("idx"), IsADirectoryError(21, "Is a directory", "idx/vectors-m-1.vec"))
     assert "Is a directory (idx/vectors-m-1.vec)" in str(error)
+
+
+def test_a_huge_batch_size_never_gives_the_cnn_more_than_its_bound(library, tmp_path, monkeypatch):
+    from imgtxt.library import indexer
+    from imgtxt.model.modelfile import TrainedModel
+
+    monkeypatch.setattr(indexer, "CNN_BATCH_MAX", 3)
+    sizes = []
+    embed = TrainedModel.embed_images
+
+    def spy(self, squares):
+        sizes.append(len(squares))
+        return embed(self, squares)
+    monkeypatch.setattr(TrainedModel, "embed_images", spy)
+    for i in range(7):
+        write_photo(tmp_path / "p" / f"{i}.jpg", seed=i, size=(64, 48))
+    s = summary_of(library.run("index", tmp_path / "p", "--batch-size", "1024", "--json", "-q"))
+    assert s["indexed"] == 7 and sizes == [3, 3, 1], sizes

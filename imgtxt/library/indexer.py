@@ -61,6 +61,9 @@ class NoPhotos(StoreError):
     pass
 
 
+CNN_BATCH_MAX = 64   # photos per CNN call, whatever --batch-size: memory stays bounded
+
+
 # --------------------------------------------------------------------------------- the run
 
 def run_index(index_dir: Path, roots: list[str], model, excludes=(), batch_size: int = 32, workers: int = 2,
@@ -315,7 +318,10 @@ class IndexRun(ContentReuse):
         def embed_batch():
             if batch:
                 squares = np.stack([square for _, (square, _, _) in batch])
-                vectors = self.model.embed_images(squares).astype(np.float32)
+                # The CNN's activations grow with its batch (--batch-size 1024 peaked at 12.8 GB on 300 photos):
+                # it gets CNN_BATCH_MAX at a time; --batch-size still sets the commit.
+                vectors = np.concatenate([self.model.embed_images(squares[i:i + CNN_BATCH_MAX]).astype(np.float32)
+                                          for i in range(0, len(squares), CNN_BATCH_MAX)])
                 for (w, (_, width, height)), vector in zip(batch, vectors):
                     if not usable_vector(vector):
                         self.skip(w, NO_VECTOR)
@@ -332,7 +338,8 @@ class IndexRun(ContentReuse):
 
         size = embedder.resize_size
         try:
-            for w, result in in_order(lambda w: decode(w, size, self.previews), to_embed, self.workers, 4 * self.batch_size):
+            ahead = min(4 * self.batch_size, 4 * CNN_BATCH_MAX)   # decoded squares waiting: bounded too
+            for w, result in in_order(lambda w: decode(w, size, self.previews), to_embed, self.workers, ahead):
                 if isinstance(result, ImageError):
                     self.skip(w, str(result))
                 else:
