@@ -354,3 +354,26 @@ def test_a_huge_batch_size_never_gives_the_cnn_more_than_its_bound(library, tmp_
         write_photo(tmp_path / "p" / f"{i}.jpg", seed=i, size=(64, 48))
     s = summary_of(library.run("index", tmp_path / "p", "--batch-size", "1024", "--json", "-q"))
     assert s["indexed"] == 7 and sizes == [3, 3, 1], sizes
+
+
+def test_a_photo_that_can_no_longer_be_read_keeps_its_row(library, tmp_path, monkeypatch):
+    """chmod 000 (as a user other than root sees it): the mode change alters its ctime, so it is opened again."""
+    from imgtxt.library import photo_work
+
+    folder = tmp_path / "p"
+    locked = write_photo(folder / "a.jpg", seed=1)
+    write_photo(folder / "b.jpg", seed=2)
+    library.run("index", folder, "-q")
+    before = rows(library)
+    os.chmod(locked, 0)
+    real = photo_work.regular_opener
+
+    def opener(path, flags=os.O_RDONLY):
+        if os.fspath(path) == str(locked):
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        return real(path, flags)
+    monkeypatch.setattr(photo_work, "regular_opener", opener)
+    result = library.run("index", folder, "--json")
+    s = summary_of(result)
+    assert (s["removed"], s["indexed"], s["skipped_reasons"]) == (0, 2, {"permission denied": 1}), s
+    assert "kept its earlier vector" in result.stderr and rows(library) == before
