@@ -1,12 +1,12 @@
 """A stateful property test of the photo library: Hypothesis drives a folder of photos through additions, rewrites,
-truncations, renames, swaps, copies, deletions, unplugged drives, `forget` and index runs (plain, `--rebuild`,
-`--prune`, some killed between two transactions), and after every step checks the index against what the folders
-hold:
+truncations, locks (chmod 000), renames, swaps, copies, deletions, unplugged drives, `forget` and index runs (plain,
+`--rebuild`, `--prune`, some killed between two transactions), and after every step checks the index against what
+the folders hold:
 
 - every indexed photo's vector is a fresh embedding of the bytes its hash names (never another content's);
 - nothing of a forgotten folder is indexed;
 - after a run that completed, the index holds exactly: each readable photo under the folders with the hash of its
-  bytes now; an unreadable one (truncated, emptied) with its earlier row, if it had one; the photos of a folder
+  bytes now; an unreadable one (truncated, emptied, locked) with its earlier row, if it had one; the photos of a folder
   that cannot be reached (unplugged, emptied) as they were, unless `--prune`.
 
 A few examples run with the suite (IMGTXT_STATEFUL_EXAMPLES raises the count, docs/reliability.md); on a failure
@@ -55,6 +55,7 @@ def content_hash(data: bytes) -> str:
 
 def make_machine(model_dir: Path, contents: dict, fresh: dict):
     from imgtxt.errors import ImgtxtError
+    from imgtxt.library import photo_work
     from imgtxt.library.indexer import IndexRun, run_index
     from imgtxt.library.photo_library import Library
     from imgtxt.library.photo_work import Work, decode
@@ -62,6 +63,7 @@ def make_machine(model_dir: Path, contents: dict, fresh: dict):
     from imgtxt.model.modelfile import TrainedModel
 
     model = TrainedModel.load(model_dir)
+    real_opener = photo_work.regular_opener
     size = model.image_embedder().resize_size
 
     def photo_bytes(seed: int) -> bytes:
@@ -91,6 +93,7 @@ def make_machine(model_dir: Path, contents: dict, fresh: dict):
             self.unplugged: set[str] = set()            # roots renamed away
             self.forgotten: set[str] = set()
             self.known: dict[str, bytes] = {}           # hash -> bytes of every content ever written
+            self.locked: set[str] = set()               # names that cannot be read (chmod 000 as a user sees it)
             for root in ROOTS:
                 (self.top / root).mkdir()
 
@@ -172,6 +175,13 @@ def make_machine(model_dir: Path, contents: dict, fresh: dict):
             self.path(name).unlink()
             del self.files[name]
 
+        @rule(name=st.sampled_from(NAMES))
+        def lock_or_unlock(self, name):
+            """chmod 000 or back (the mode change alters the ctime); as root, reading is refused by a patched opener."""
+            if self.reachable(name) and name in self.files:
+                os.chmod(self.path(name), 0o644 if name in self.locked else 0)
+                self.locked ^= {name}
+
         @rule(root=st.sampled_from(ROOTS))
         def unplug_or_plug(self, root):
             """A drive unplugged (its root gone) or plugged back in."""
@@ -214,7 +224,10 @@ def make_machine(model_dir: Path, contents: dict, fresh: dict):
                         out.update({n: h for n, (h, _) in before.items() if n.startswith(root + "/")})
                     continue
                 for name in held:
-                    if vector_of(self.files[name]) is not None:
+                    if name in self.locked:                  # cannot be read: its earlier row stays
+                        if name in before:
+                            out[name] = before[name][0]
+                    elif vector_of(self.files[name]) is not None:
                         out[name] = content_hash(self.files[name])
                     elif name in before:                     # unreadable now: its earlier row stays
                         out[name] = before[name][0]
@@ -243,6 +256,13 @@ def make_machine(model_dir: Path, contents: dict, fresh: dict):
                 commits.append(1)
                 real_commit(run)
             IndexRun.commit = commit
+            locked = {str(self.path(n)) for n in self.locked}
+
+            def opener(path, flags=os.O_RDONLY):
+                if os.fspath(path) in locked:
+                    raise PermissionError(13, "Permission denied", os.fspath(path))
+                return real_opener(path, flags)
+            photo_work.regular_opener = opener
             try:
                 run_index(self.index_dir, [str(self.path(r)) for r in ROOTS], model, batch_size=2, workers=1,
                           log=lambda m: None, notice=lambda m: None, prune=mode == "prune", rebuild=mode == "rebuild")
@@ -254,7 +274,7 @@ def make_machine(model_dir: Path, contents: dict, fresh: dict):
                 assert {n: h for n, (h, _) in self.rows().items()} == {n: h for n, (h, _) in before.items()}
                 return
             finally:
-                IndexRun.commit = real_commit
+                IndexRun.commit, photo_work.regular_opener = real_commit, real_opener
             now = {n: h for n, (h, _) in self.rows().items()}
             OUTCOMES["completed"] += 1
             assert now == self.expected(before, mode == "prune"), (mode, before.keys())
