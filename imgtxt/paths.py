@@ -90,6 +90,24 @@ def model_dir(option: Path | str | None = None) -> Path:
     return chosen_model_dir(option) or default_model_dir()
 
 
+def private_dirs(folder: Path | str) -> Path:
+    """`folder` and the missing folders above it created 0700 whatever the umask (a cache another user could write
+    to could make "a cat" find the rocket); a folder left group- or world-writable by an older version is closed."""
+    folder = Path(folder)
+    missing = [folder]
+    while not missing[-1].parent.exists():
+        missing.append(missing[-1].parent)
+    for each in reversed(missing):
+        try:
+            each.mkdir(mode=0o700)
+        except FileExistsError:   # made by another process or thread meanwhile
+            pass
+    st = folder.stat()
+    if st.st_mode & 0o022 and st.st_uid == os.getuid():
+        os.chmod(folder, 0o700)
+    return folder
+
+
 @contextmanager
 def replacing(path: Path | str) -> Iterator[Path]:
     """A temporary name beside `path` for the block to write: renamed over `path` when the block ends, so a reader

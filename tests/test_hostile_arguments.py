@@ -180,3 +180,19 @@ def test_an_unknown_cnn_runtime_is_one_line(library, tmp_path, monkeypatch, name
     result = library.run("index", tmp_path / "p", ok=False)
     assert result.exit_code == 1 and one_line(result.stderr), result.stderr
     assert name in result.stderr and allowed in result.stderr and "\x1b" not in result.stderr
+
+
+@pytest.mark.parametrize("option, value", [
+    ("--sse-kernels", "0"), ("--rcn-capsules", "0"), ("--vocab-size", "0"), ("--margin", "nan"),
+    ("--precision", "nope"), ("--lr", "-1"), ("--epochs", "0"), ("--image-dropout", "inf"), ("--crops", "3"),
+    ("--text-head", "cnn"), ("--average-best", "0"), ("--threads", "0"), ("--rcn-lambda", "nan"),
+])
+def test_nonsense_training_settings_are_refused_before_any_work(tmp_path, option, value):
+    import time
+
+    started = time.monotonic()
+    out = subprocess.run([sys.executable, "-m", "imgtxt", "train", "flickr8k", "--data-dir", str(tmp_path),
+                          "--run-dir", str(tmp_path / "run"), option, value], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 2 and option in out.stderr and "Traceback" not in out.stderr, out.stderr
+    assert time.monotonic() - started < 60 and not (tmp_path / "run").exists()

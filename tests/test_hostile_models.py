@@ -81,6 +81,8 @@ def test_invalid_feature_settings_are_refused_at_load(tiny_model_dir, tmp_path, 
     ("layer_norm_eps", "x", "text.layer_norm_eps must be a positive number"),
     ("layers", None, "text.layers must be"),
     ("kind", "transformer-xl", "unknown text encoder"),
+    ("pooling", "max", "text.pooling must be mean"),
+    ("layers", 3, "text.layers 3, but the weights hold more layers"),
 ])
 def test_invalid_text_settings_are_refused_at_load(tmp_path, key, value, match):
     folder = model_copy(default_model_dir(), tmp_path / "m")
@@ -95,6 +97,14 @@ def test_a_broken_tokenizer_is_one_line(tmp_path, content):
     folder = model_copy(default_model_dir(), tmp_path / "m")
     (folder / "tokenizer.json").write_bytes(content)
     refused(folder, "tokenizer.json")
+
+
+def test_a_negative_token_id_is_refused(tmp_path):
+    folder = model_copy(default_model_dir(), tmp_path / "m")
+    tokenizer = json.loads((folder / "tokenizer.json").read_text())
+    tokenizer["model"]["vocab"]["dog"] = -5              # "a dog" would read row -5: another word
+    (folder / "tokenizer.json").write_text(json.dumps(tokenizer))
+    refused(folder, "negative token id")
 
 
 def test_token_ids_beyond_the_embedding_table_are_refused(tmp_path):

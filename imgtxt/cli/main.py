@@ -141,7 +141,7 @@ def _print_photos(matches, as_json: bool, preview: bool = False, library=None, n
 @index_opt
 @model_opt
 @click.option("--batch-size", type=click.IntRange(1, 1024), default=32, show_default=True,
-              help="Photos per CNN batch and per database commit.")
+              help="Photos per database commit (and per CNN batch, up to 64).")
 @click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True, help="Decoding threads.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object on stdout.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no per-file messages.")

@@ -1,6 +1,7 @@
 """Options and argument checks shared by the research commands (research.py, finishing.py)."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Optional
 
@@ -9,6 +10,47 @@ import click
 from imgtxt.errors import ImgtxtError, UsageError
 
 PathType = click.Path(path_type=Path)
+
+
+class Number(click.ParamType):
+    """A finite number in a range, checked before any work starts (click.FloatRange lets NaN through, and a
+    nonsense value would otherwise end a training run in a traceback minutes later)."""
+
+    name = "number"
+
+    def __init__(self, low: float | None = None, high: float | None = None, low_open: bool = False):
+        self.low, self.high, self.low_open = low, high, low_open
+
+    def describe(self) -> str:
+        parts = []
+        if self.low is not None:
+            parts.append(f"{'above' if self.low_open else 'at least'} {self.low:g}")
+        if self.high is not None:
+            parts.append(f"at most {self.high:g}")
+        return "a finite number" + (" " + " and ".join(parts) if parts else "")
+
+    def convert(self, value, param, ctx):
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{str(value)[:40]!r} is not a number; give {self.describe()}", param, ctx)
+        too_low = self.low is not None and (number < self.low or (self.low_open and number == self.low))
+        if not math.isfinite(number) or too_low or (self.high is not None and number > self.high):
+            self.fail(f"{str(value)[:40]} is not {self.describe()}", param, ctx)
+        return number
+
+
+def one_of(*values):
+    """A callback accepting only these values of an int option (click.Choice would make it a str)."""
+    def check(ctx, param, value):
+        if value is not None and value not in values:
+            raise click.BadParameter(f"{value} is not one of {', '.join(map(str, values))}", ctx, param)
+        return value
+    return check
+
+
+AT_LEAST_1 = click.IntRange(min=1)
+AT_LEAST_0 = click.IntRange(min=0)
 dataset_arg = click.argument("dataset")
 data_dir_opt = click.option("--data-dir", type=PathType, envvar="IMGTXT_DATA_DIR", default=None,
                             help="Dataset folder: dataset_<name>.json (Karpathy format) and the images. "
@@ -17,9 +59,11 @@ backbone_opt = click.option("--backbone", default="efficientnet_lite0", show_def
                             help="efficientnet_lite0/1/2, vgg16, resnet50, resnet152")
 layer_set_opt = click.option("--layer-set", default="all", show_default=True,
                              help="'all' = every conv layer; 'blocks' = block outputs (EfficientNet)")
-crops_opt = click.option("--crops", type=int, default=1, show_default=True,
+crops_opt = click.option("--crops", type=int, default=1, show_default=True, callback=one_of(1, 10),
                          help="1 (centre crop) or 10 (corners + centre, mirrored)")
-precision_opt = click.option("--precision", default="auto", show_default=True,
+# model_config.PRECISIONS, spelled out: declaring an option must not load the model layer
+precision_opt = click.option("--precision", type=click.Choice(["auto", "fp32", "fp16", "bf16"]), default="auto",
+                             show_default=True,
                              help="auto (bf16 on CPU / fp16 on CUDA) or fp32")
 backbone_weights_opt = click.option("--backbone-weights", default=None,
                                     help="Local weights file for the backbone, or 'random'.")

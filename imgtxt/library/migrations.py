@@ -10,7 +10,7 @@ import sqlite3
 
 from .photo_paths import path_bytes, path_key
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 MIGRATIONS = [
     """
@@ -52,6 +52,9 @@ MIGRATIONS = [
     # The write generation of a vector (meta vec_generation + 1 when written): the search files take the rows
     # past the generation they were synced at, whatever the clock says (an NTP step back, two machines).
     "ALTER TABLE photos ADD COLUMN generation INTEGER NOT NULL DEFAULT 0",
+    # A file's inode and ctime when it was indexed: size + mtime alone are not its identity (two photos of equal
+    # size and mtime swapping names, cp + touch -r). NULL in rows of earlier versions: filled by the next run.
+    "ALTER TABLE photos ADD COLUMN ino INTEGER; ALTER TABLE photos ADD COLUMN ctime_ns INTEGER",
 ]
 assert len(MIGRATIONS) == SCHEMA_VERSION
 

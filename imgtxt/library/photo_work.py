@@ -23,6 +23,19 @@ def file_hash(path: str) -> str:
     return digest.hexdigest()[:32]
 
 
+def content_hash(data: bytes) -> str:
+    """file_hash of bytes read already."""
+    return hashlib.sha256(data).hexdigest()[:32]
+
+
+def read_photo(path: str) -> tuple[bytes, str]:
+    """The file's bytes and their hash, from one read: what is decoded is what the hash names, even when the
+    file is rewritten meanwhile (a vector or thumbnail stored under another content's hash would never heal)."""
+    with open(path, "rb", opener=regular_opener) as f:
+        data = f.read()
+    return data, content_hash(data)
+
+
 @dataclass
 class Work:
     path: str
@@ -31,6 +44,7 @@ class Work:
     existing: dict | None           # the photos row at this path, if any
     hash: str | None = None
     error: str | None = None
+    stamp: tuple[int, int] | None = None   # (inode, ctime_ns) as scanned: with size and mtime, the file's identity
 
 
 def hash_work(work: Work) -> Work:
@@ -45,11 +59,16 @@ def hash_work(work: Work) -> Work:
 
 def decode(work: Work, size: int, previews: bool = False):
     """(square (size, size, 3) uint8, width, height) or an ImageError. Runs in a worker thread.
-    previews: from the file's embedded preview when it has a usable one (images.load_rgb)."""
+    previews: from the file's embedded preview when it has a usable one (images.load_rgb).
+    The file is read once: `work.hash` becomes the hash of the bytes decoded (the file may have been rewritten
+    since it was hashed), so a vector is always stored under the hash of its own bytes."""
     from PIL import Image
 
     try:
-        image = load_rgb(work.path, min_side=size, previews=previews)
+        data, decoded_hash = read_photo(work.path)
+        image = load_rgb(work.path, min_side=size, previews=previews, data=data)
+        del data
+        work.hash = decoded_hash
         width, height = image.info["original_size"]  # the true size: draft mode decoded a reduced one
         if (image.width < image.height) != (width < height) and image.width != image.height:
             width, height = height, width       # EXIF rotation

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from imgtxt.errors import ImgtxtError
-from imgtxt.paths import writing
+from imgtxt.paths import private_dirs, writing
 from imgtxt.safe_text import printable
 
 from . import vector_index
@@ -94,12 +94,13 @@ class Index:
 
     def stored_vector(self, path: str, model_id: str, dim: int) -> np.ndarray | None:
         """The indexed vector of a photo, if the file is unchanged since it was embedded by this model."""
-        row = self.conn.execute("SELECT size, mtime_ns, embedding, model_id FROM photos WHERE path = ?",
+        row = self.conn.execute("SELECT size, mtime_ns, embedding, model_id, ino, ctime_ns FROM photos WHERE path = ?",
                                 [path_key(path)]).fetchone()
         if row is None or row[3] != model_id:
             return None
-        st = os.stat(path)
-        if (st.st_size, st.st_mtime_ns) != (row[0], row[1]):
+        st = os.stat(path)   # inode and ctime too: another file of equal size and mtime is not this photo
+        if (st.st_size, st.st_mtime_ns) != (row[0], row[1]) or row[4] not in (None, st.st_ino & ((1 << 63) - 1)) \
+                or row[5] not in (None, st.st_ctime_ns):
             return None
         return decode_vectors([row[2]], dim)[0]
 
@@ -303,13 +304,16 @@ def caption_vectors(model, captions: list[str], on_compute=None, progress=None) 
     called before a cache miss is computed, for a "this takes a while, once" message; `progress(done, total)`
     after each chunk of captions, for a progress bar.
     """
+    from imgtxt.model.model_config import text_id
+
     digest = hashlib.sha256("\n".join(captions).encode("utf-8")).hexdigest()[:16]
-    # The model id comes from model.json: only safe characters may reach a file name (no "../").
-    safe_id = re.sub(r"[^A-Za-z0-9_.-]", "_", model.model_id).lstrip(".")
+    # The model id comes from model.json: only safe characters may reach a file name (no "../"). Keyed by every
+    # setting and file that changes a caption's vector, not the weights alone (model_config.text_id).
+    safe_id = re.sub(r"[^A-Za-z0-9_.-]", "_", text_id(model)).lstrip(".")
     path = caption_cache_dir() / f"{safe_id}-{digest}.npy"
     try:
         cached = np.load(path)
-        if cached.shape == (len(captions), model.vector_dim):
+        if cached.shape == (len(captions), model.vector_dim) and np.isfinite(cached).all():
             return cached
     except (OSError, ValueError):
         pass
@@ -317,9 +321,13 @@ def caption_vectors(model, captions: list[str], on_compute=None, progress=None) 
         on_compute(len(captions))
     vectors = model.encode_text(captions, batch_size=128,
                                 progress=(lambda done: progress(done, len(captions))) if progress else None)
+    if not np.isfinite(vectors).all():   # damaged text weights: an error, never an empty answer nor a cached NaN
+        raise QueryError(f"the model in {model.folder} gives no usable vector (NaN or inf) for "
+                         f"{int((~np.isfinite(vectors).all(axis=1)).sum())} of {len(captions)} captions; "
+                         f"are its weights damaged?")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with writing(path) as f:  # a concurrent reader never sees half a file; Ctrl-C leaves no partial one
+        private_dirs(path.parent)
+        with writing(path, 0o600) as f:  # a concurrent reader never sees half a file; Ctrl-C leaves no partial one
             np.save(f, vectors)
     except OSError:  # a read-only or full cache only costs speed
         pass

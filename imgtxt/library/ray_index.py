@@ -54,7 +54,7 @@ class EmbedWorker:
         self.workers, self.previews = workers, previews
 
     def embed(self, paths: list[str]) -> list:
-        """photo paths -> [(vector bytes, width, height) or an error string], in order."""
+        """photo paths -> [(vector bytes, width, height, content hash) or an error string], in order."""
         from imgtxt.model.images import ImageError, in_order
 
         from .photo_work import Work, decode
@@ -75,7 +75,8 @@ class EmbedWorker:
             with one_blas_thread():
                 vectors = self.embedder.embed(np.stack([square for _, (square, _, _) in decoded])).astype(np.float32)
             for (i, (_, width, height)), vector in zip(decoded, vectors):
-                results[i] = (encode_vector(vector), width, height)   # float16, as a local run stores it
+                # float16, as a local run stores it; with the hash of the bytes decoded (photo_work.decode)
+                results[i] = (encode_vector(vector), width, height, works[i].hash)
         return results
 
 
@@ -178,13 +179,13 @@ def _embed_chunks(ray, run, to_embed: list, cpus_per_worker: int, in_flight: int
                 if isinstance(result, str):
                     run.skip(w, result)
                     continue
-                vector, width, height = result
+                vector, width, height, w.hash = result
                 if not usable_vector(vector):
                     run.skip(w, NO_VECTOR)
                     continue
                 run.count_added_or_updated(w)
                 run.writes.append(lambda w=w, wd=width, ht=height, v=vector: run.store.put_photo(
-                    w.path, w.size, w.mtime_ns, w.hash, wd, ht, v, run.model_id))
+                    w.path, w.size, w.mtime_ns, w.hash, wd, ht, v, run.model_id, w.stamp))
                 run.summary.embedded += 1
             run.commit()  # one transaction per chunk, as in a local run
     finally:

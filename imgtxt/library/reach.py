@@ -7,8 +7,9 @@ A folder "cannot be reached" when:
 - a root shows nothing (no photo, no problem) although the index holds photos under it: an empty mount point;
 - a folder that was a mount point in an earlier run (its device differed from its parent's) is not one now:
   an unmounted NAS share under ~/Pictures, or a root that is an unmounted mount point holding a stray file;
-- a folder under a root could not be read (permission, a path too long, a broken link to a folder): kept
-  even with `--prune`, it is re-checked on every run.
+- a folder under a root could not be read (permission, a path too long, a broken link to a folder), or an
+  indexed photo could not be stat'ed (a folder without its x bit): kept even with `--prune`, re-checked on
+  every run.
 An unmounted drive looks exactly like an emptied folder, so the photos stay and the run says so; `--prune`
 (or `imgtxt forget`) removes them. The mount points seen are remembered in the index (meta "mount_points").
 """
@@ -26,6 +27,15 @@ MOUNTS_META = "mount_points"
 UNREADABLE_FOLDER = ("cannot read folder", "path too long")
 
 
+# A path that is no longer a photo file: its row goes. Any other reason a photo gave no vector now (permission
+# denied, I/O error, a broken link, a truncated or empty file, NaN from the model) keeps an indexed photo's row.
+GONE = ("not a regular file", "vanished while scanning")
+
+
+def keeps_row(reason: str) -> bool:
+    return reason not in GONE
+
+
 def is_mount(path: str) -> bool:
     """A folder on another device than its parent (following links, as the scan does)."""
     try:
@@ -40,7 +50,8 @@ def unreachable_reason(root: str) -> str | None:
     try:
         os.stat(root)
     except OSError as e:
-        return os_reason(e)
+        reason = os_reason(e)   # a root is looked at before the scan: it did not vanish while scanning
+        return "missing" if reason == "vanished while scanning" else reason
     return None
 
 
@@ -99,10 +110,12 @@ def decide(roots: list[str], found_keys, problems: list[Problem], row_keys, meta
             mounts_now.add(mount)
         elif holds(mount):
             unreachable(mount, "a mount point that is not mounted now")
+    indexed = set(row_keys)
     for problem, key in zip(problems, problem_keys):
         folder_gone = problem.reason.startswith(UNREADABLE_FOLDER) or \
             any(k.startswith(key.rstrip(os.sep) + os.sep) for k in row_keys)   # it held photos: it was a folder
-        if folder_gone and not any(is_under(key, [k]) for k in [*reach.offline, *reach.pruned]):
+        photo_unread = key in indexed and keeps_row(problem.reason)   # an indexed photo that cannot be stat'ed now
+        if (folder_gone or photo_unread) and not any(is_under(key, [k]) for k in [*reach.offline, *reach.pruned]):
             reach.unread.append(key)
     # Remember: the mount points of other roots, those seen now, and those kept because they are unmounted.
     reach.mounts = sorted({m for m in remembered if not is_under(m, root_keys)} | mounts_now

@@ -28,6 +28,8 @@ class Found:
     path: str
     size: int
     mtime_ns: int
+    ino: int = 0        # with ctime, what tells two files of equal size and mtime apart (swapped names, cp + touch -r)
+    ctime_ns: int = 0
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,9 @@ def os_reason(e: OSError) -> str:
 MTIME_NS_RANGE = (-(1 << 63), (1 << 63) - 1)
 
 
+COUNTER_MASK = (1 << 63) - 1   # an inode number is unsigned 64-bit; SQLite's integers are signed
+
+
 def clamp_mtime_ns(mtime_ns: int) -> int:
     return min(max(mtime_ns, MTIME_NS_RANGE[0]), MTIME_NS_RANGE[1])
 
@@ -110,7 +115,8 @@ def scan(roots: Iterable[str], excludes: Iterable[str] = (),
         seen_files.add(path)
         if not stat.S_ISREG(st.st_mode):
             return Problem(path, "not a regular file")
-        return Found(path, st.st_size, clamp_mtime_ns(st.st_mtime_ns))
+        return Found(path, st.st_size, clamp_mtime_ns(st.st_mtime_ns), st.st_ino & COUNTER_MASK,
+                     clamp_mtime_ns(st.st_ctime_ns))
 
     for root in roots:
         root = os.path.abspath(root)

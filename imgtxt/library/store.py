@@ -29,6 +29,7 @@ from imgtxt.errors import ImgtxtError
 from .index_meta import (COUNTER_MAX, meta_folders, meta_int, read_meta,  # noqa: F401  (importable from here)
                          write_folders)
 from .migrations import SCHEMA_VERSION, migrate, schema_version
+from .photo_rows import KnownHashes, PhotoRow
 from .photo_paths import path_bytes, path_key
 
 INDEX_ENV = "IMGTXT_INDEX_DIR"
@@ -56,6 +57,8 @@ def write_error(path: Path, error: Exception) -> StoreError:
     text = str(error).splitlines()[0] if str(error) else error.__class__.__name__
     if isinstance(error, OSError) and error.strerror:
         text = error.strerror
+        if error.filename:   # the file it is about: "Is a directory" alone names nothing
+            text += f" ({os.fsdecode(error.filename)})"
     return StoreError(f"cannot write the index at {path}: {text}; the photos committed so far are kept, "
                       f"free space (or make the folder writable) and run `imgtxt index` again")
 
@@ -210,34 +213,6 @@ def open_readonly(index_dir: Path, check: bool = True) -> sqlite3.Connection:
     return conn
 
 
-class PhotoRow:
-    """One photos row without its vector, read like a dict (row["size"]); a slotted object because a library
-    of a million photos holds a million of these during an index run's comparison (~120 bytes each, not ~600)."""
-
-    __slots__ = ("id", "path", "path_bytes", "size", "mtime_ns", "hash", "model_id")
-
-    def __init__(self, id, path, path_bytes, size, mtime_ns, hash, model_id):  # noqa: A002 - the column names
-        self.id, self.path, self.path_bytes, self.size = id, path, path_bytes, size
-        self.mtime_ns, self.hash, self.model_id = mtime_ns, hash, model_id
-
-    def __getitem__(self, column: str):
-        return getattr(self, column)
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, PhotoRow) and all(self[c] == other[c] for c in self.__slots__)
-
-
-class KnownHashes:
-    """Membership test against the photos' hashes of one model (an indexed lookup, ~20 us)."""
-
-    def __init__(self, conn: sqlite3.Connection, model_id: str):
-        self.conn, self.model_id = conn, model_id
-
-    def __contains__(self, content_hash: str) -> bool:
-        sql = "SELECT 1 FROM photos WHERE hash = ? AND +model_id = ? LIMIT 1"
-        return self.conn.execute(sql, [content_hash, self.model_id]).fetchone() is not None
-
-
 class Store:
     """Read-write access for `imgtxt index`: creates the folder and database, applies migrations.
 
@@ -284,16 +259,18 @@ class Store:
     def iter_photo_rows(self) -> Iterator[PhotoRow]:
         """Every photos row (without the embedding), streamed: a comparison holds only the rows it keeps."""
         models: dict[str, str] = {}  # one string per model id, not one per row
-        cursor = self.db.conn.execute("SELECT id, path, path_bytes, size, mtime_ns, hash, model_id FROM photos")
+        cursor = self.db.conn.execute("SELECT id, path, path_bytes, size, mtime_ns, hash, model_id, ino, ctime_ns "
+                                      "FROM photos")
         while chunk := cursor.fetchmany(10_000):
-            for i, path, raw, size, mtime_ns, content_hash, model_id in chunk:
-                yield PhotoRow(i, path, raw, size, mtime_ns, content_hash, models.setdefault(model_id, model_id))
+            for i, path, raw, size, mtime_ns, content_hash, model_id, ino, ctime_ns in chunk:
+                yield PhotoRow(i, path, raw, size, mtime_ns, content_hash, models.setdefault(model_id, model_id),
+                               ino, ctime_ns)
 
     def photo_rows(self) -> dict[str, PhotoRow]:
         """path -> row (without the embedding)."""
         return {row.path: row for row in self.iter_photo_rows()}
 
-    def hashes_with_vectors(self, model_id: str) -> "KnownHashes":
+    def hashes_with_vectors(self, model_id: str) -> KnownHashes:
         """`hash in store.hashes_with_vectors(model)`: asked of the hash index per file, so a run with little
         to do never loads a million hashes (~110 MB)."""
         return KnownHashes(self.db.conn, model_id)
@@ -305,18 +282,20 @@ class Store:
         return next(iter(self.db.query(sql, [content_hash, model_id])), None)
 
     def put_photo(self, path: str, size: int, mtime_ns: int, content_hash: str, width, height,
-                  embedding: bytes | np.ndarray, model_id: str) -> None:
+                  embedding: bytes | np.ndarray, model_id: str, stamp: tuple[int, int] | None = None) -> None:
         key = path_key(path)
         if isinstance(embedding, np.ndarray):
             embedding = encode_vector(embedding)
+        ino, ctime_ns = stamp or (None, None)
         row = {"path": key, "path_bytes": path_bytes(path), "size": size, "mtime_ns": mtime_ns,
                "hash": content_hash, "width": width, "height": height, "embedding": embedding,
-               "model_id": model_id, "indexed_at": now_precise(), "generation": self.write_generation()}
+               "model_id": model_id, "indexed_at": now_precise(), "generation": self.write_generation(),
+               "ino": ino, "ctime_ns": ctime_ns}
         # Update in place when the path is known, so the photo keeps its id.
         cur = self.db.execute(
             "UPDATE photos SET path_bytes=:path_bytes, size=:size, mtime_ns=:mtime_ns, hash=:hash, width=:width, "
             "height=:height, embedding=:embedding, model_id=:model_id, indexed_at=:indexed_at, "
-            "generation=:generation WHERE path=:path", row)
+            "generation=:generation, ino=:ino, ctime_ns=:ctime_ns WHERE path=:path", row)
         if cur.rowcount == 0:
             self.db["photos"].insert(row)
         self.db.execute("DELETE FROM skipped WHERE path = ?", [key])
@@ -339,12 +318,19 @@ class Store:
             synced = self._damaged_generation[1]
         return synced + 1
 
-    def move_photo(self, photo_id: int, new_path: str, size: int, mtime_ns: int) -> None:
+    def move_photo(self, photo_id: int, new_path: str, size: int, mtime_ns: int,
+                   stamp: tuple[int, int] | None = None) -> None:
         key = path_key(new_path)
+        ino, ctime_ns = stamp or (None, None)
         self.db.execute("DELETE FROM photos WHERE path = ? AND id != ?", [key, photo_id])  # a file moved over it
-        self.db.execute("UPDATE photos SET path=?, path_bytes=?, size=?, mtime_ns=? WHERE id=?",
-                        [key, path_bytes(new_path), size, mtime_ns, photo_id])
+        self.db.execute("UPDATE photos SET path=?, path_bytes=?, size=?, mtime_ns=?, ino=?, ctime_ns=? WHERE id=?",
+                        [key, path_bytes(new_path), size, mtime_ns, ino, ctime_ns, photo_id])
         self.db.execute("DELETE FROM skipped WHERE path = ?", [key])
+
+    def stamp_photos(self, stamps: list[tuple[int, int, int]]) -> None:
+        """(id, inode, ctime_ns) of rows written by an earlier version, which had no stamp."""
+        self.db.conn.executemany("UPDATE photos SET ino = ?, ctime_ns = ? WHERE id = ?",
+                                 [(ino, ctime, i) for i, ino, ctime in stamps])
 
     def remove_photos(self, keys: list[str]) -> None:
         for key in keys:
@@ -363,11 +349,14 @@ class Store:
     def skipped_rows(self) -> dict[str, dict]:
         return {r["path"]: r for r in self.db.query("SELECT path, size, mtime_ns, reason FROM skipped")}
 
-    def put_skipped(self, path: str, reason: str, size: int | None = None, mtime_ns: int | None = None) -> None:
+    def put_skipped(self, path: str, reason: str, size: int | None = None, mtime_ns: int | None = None,
+                    keep_photo: bool = False) -> None:
+        """Record a file that gave no vector; its photos row goes too unless `keep_photo` (unreadable for now)."""
         key = path_key(path)
         self.db["skipped"].upsert({"path": key, "path_bytes": path_bytes(path), "size": size, "mtime_ns": mtime_ns,
                                    "reason": reason, "seen_at": now_iso()}, pk="path")
-        self.db.execute("DELETE FROM photos WHERE path = ?", [key])
+        if not keep_photo:
+            self.db.execute("DELETE FROM photos WHERE path = ?", [key])
 
     def remove_skipped(self, keys: list[str]) -> None:
         for key in keys:

@@ -19,7 +19,7 @@ from imgtxt.model.images import ImageError, NotRegularFile
 from imgtxt.paths import cache_dir, writing
 from imgtxt.safe_text import printable
 
-from .photo_work import file_hash
+from .photo_work import read_photo
 
 _HASH = re.compile(r"[0-9a-f]{32}")
 MIN_SIZE, MAX_SIZE = 16, 4096
@@ -71,7 +71,8 @@ def thumbnail(photo: str, size: int = 256) -> Path:
     if isinstance(size, bool) or not isinstance(size, int) or not MIN_SIZE <= size <= MAX_SIZE:
         raise ImgtxtError(f"a thumbnail size is {MIN_SIZE} to {MAX_SIZE} pixels, not {str(size)[:20]}")
     try:
-        path = thumbnail_path(file_hash(photo), size)
+        data, content_hash = read_photo(photo)   # one read: the picture is of the bytes its name says
+        path = thumbnail_path(content_hash, size)
     except FileNotFoundError:
         raise ImageError(f"{printable(photo)}: no such file (moved or deleted since it was indexed)") from None
     except NotRegularFile:
@@ -81,7 +82,8 @@ def thumbnail(photo: str, size: int = 256) -> Path:
     if path.is_file():
         return path
     register_heif()
-    image = load_rgb(photo, min_side=size)  # upright RGB; JPEGs decode at a reduced scale
+    image = load_rgb(photo, min_side=size, data=data)  # upright RGB; JPEGs decode at a reduced scale
+    del data
     image.thumbnail((size, size), Image.LANCZOS)
     jpeg = io.BytesIO()
     image.save(jpeg, "JPEG", quality=85)

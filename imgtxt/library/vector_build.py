@@ -189,6 +189,7 @@ def sync(store, model_id: str, dim: int, similarity: str) -> Synced:
         _stamp(stamped, index_dir)             # (files of an earlier version have no stamps)
         if (stamped.stamps, stamped.add_stamp) != (record.stamps, record.add_stamp):
             store.set_meta(vec_stamps=stamped.stamps, vec_add_stamp=stamped.add_stamp)
+        _remove_other_files(index_dir, keep=record.file)
         return Synced("unchanged", live)
     reason = ("the model changed" if record.model and record.model != model_id else
               "there was none" if not record.file else
@@ -208,6 +209,7 @@ def sync(store, model_id: str, dim: int, similarity: str) -> Synced:
             reason = f"{new.dead - new.add} of its {new.count} photos were removed"
         else:
             store.set_meta(**new.as_meta(), vectors_dirty=0)
+            _remove_other_files(index_dir, keep=new.file)
             return Synced("appended", live, appended, time.perf_counter() - start)
     stem = file_stem(model_id, secrets.token_hex(4))
     try:
@@ -242,7 +244,9 @@ def _stamp(record: Record, index_dir: Path) -> None:
 
 
 def _remove_other_files(index_dir: Path, keep: str) -> None:
-    """Older generations, other models' files and the files of earlier imgtxt versions."""
+    """Older generations, other models' files and the files of earlier imgtxt versions. Also after a run that
+    wrote nothing, so a run killed while removing them leaves none for long. A folder of such a name is not
+    a file this wrote: left alone."""
     for path in Path(index_dir).glob("vectors-*"):
-        if not keep or not path.name.startswith(keep + "."):
+        if (not keep or not path.name.startswith(keep + ".")) and (path.is_symlink() or not path.is_dir()):
             path.unlink(missing_ok=True)

@@ -9,9 +9,11 @@ with torch installed (`imgtxt export-cnn MODEL_DIR`, or automatically by the fir
 from __future__ import annotations
 
 import json
+import os
 import warnings
 from pathlib import Path
 
+from imgtxt.errors import ImgtxtError
 from imgtxt.paths import replacing
 
 GRAPH_FORMAT = "imgtxt-cnn-1"
@@ -69,8 +71,17 @@ def export_extractor(extractor, path: Path | str, opset: int = 17) -> Path:
     import torch
 
     extractor.close()
+    from imgtxt.paths import cache_dir, private_dirs
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        in_cache = path.resolve().is_relative_to(cache_dir().resolve())
+    except (ImgtxtError, KeyError, RuntimeError):   # no cache folder (no home)
+        in_cache = False
+    if in_cache:
+        private_dirs(path.parent)
+    else:
+        path.parent.mkdir(parents=True, exist_ok=True)
     graph = _FeatureGraph(extractor)
     size = extractor.resize_size
     example = torch.zeros((2, size, size, 3), dtype=torch.uint8)
@@ -88,6 +99,8 @@ def export_extractor(extractor, path: Path | str, opset: int = 17) -> Path:
             entry = model.metadata_props.add()
             entry.key, entry.value = key, json.dumps(value)
         onnx.save(model, str(tmp))
+        if in_cache:   # the cache is private (paths.private_dirs); a model folder's graph is shared like its weights
+            os.chmod(tmp, 0o600)
     return path
 
 

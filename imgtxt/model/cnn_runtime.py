@@ -122,6 +122,7 @@ class OnnxFeatureExtractor:
         import openvino as ov
 
         from imgtxt.paths import cache_dir as cache_root
+        from imgtxt.paths import private_dirs
 
         core = ov.Core()
         model = core.read_model(str(self.path))
@@ -138,7 +139,7 @@ class OnnxFeatureExtractor:
                   "PERFORMANCE_HINT": "LATENCY"}
         if self.compile_cache:  # the compiled blob is cached: later runs skip most of the compile time
             try:
-                (cache_root() / "cnn" / "openvino").mkdir(parents=True, exist_ok=True)
+                private_dirs(cache_root() / "cnn" / "openvino")
                 config["CACHE_DIR"] = str(cache_root() / "cnn" / "openvino")
             except OSError:
                 pass

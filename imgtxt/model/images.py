@@ -6,6 +6,7 @@ EXIF orientation is applied so a rotated phone photo is seen upright.
 """
 from __future__ import annotations
 
+import io
 import os
 import stat
 import warnings
@@ -83,19 +84,20 @@ def open_regular(path: Path | str):
     return open(path, "rb", opener=regular_opener)
 
 
-def load_rgb(path: Path | str, min_side: int = 256, previews: bool = False) -> Image.Image:
+def load_rgb(path: Path | str, min_side: int = 256, previews: bool = False, data: bytes | None = None) -> Image.Image:
     """Open a photo as an upright RGB image whose shorter side is still >= min_side if it was.
 
     previews: decode the smallest embedded preview of at least min_side px (MPF, EXIF, HEIC thumbnail) instead
     of the main picture when the file has one (`previews`). Camera RAW files always give their preview.
     Raises ImageError with a one-line reason for anything that is not a usable photo.
+    data: the file's bytes, read already (the caller hashed them: the picture is then of exactly those bytes).
     """
     path = Path(path)
     try:
         with warnings.catch_warnings(), ExitStack() as stack:
             # Pillow warns (instead of raising) for images just over MAX_IMAGE_PIXELS: make it an error.
             warnings.simplefilter("error", Image.DecompressionBombWarning)
-            file = stack.enter_context(open_regular(path))
+            file = stack.enter_context(open_regular(path) if data is None else io.BytesIO(data))
             orientation = None  # None: the image's own EXIF orientation (exif_transpose)
             if path.suffix.lower() in RAW_SUFFIXES:
                 im, orientation, original_size = raw_preview(file)

@@ -127,6 +127,11 @@ def check_shapes(tensors, config: dict, path: Path) -> None:
         expected.update({"gru.weight_ih": (3 * h, w), "gru.weight_hh": (3 * h, h), "gru.bias_ih": (3 * h,),
                          "gru.bias_hh": (3 * h,)})
     expected.update(text_encoders.tensor_shapes(text_config, h))
+    if text_config["kind"] == "minilm":   # text.layers fewer than the weights hold would drop layers silently
+        unused = f"minilm.encoder.layer.{text_config['layers']}."
+        if any(name.startswith(unused) for name in tensors.keys()):
+            raise ModelError(f"{path}: model.json says text.layers {text_config['layers']}, but the weights hold "
+                             f"more layers")
     if "concepts" in config:
         missing = [n for n in concepts.TENSOR_NAMES if n not in tensors]
         if missing:
@@ -157,12 +162,16 @@ def _weights_cache() -> Path | None:
         return None
 
 
+def file_stamp(st: os.stat_result) -> list[int]:
+    """What changes with every write of a file: ctime too, which `touch -r` cannot set back."""
+    return [st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev, st.st_ctime_ns]
+
+
 def verify_weights(path: Path, recorded: str | None) -> str:
     """The sha256 of the weights file, checked against model.json's (models saved before it was recorded are
-    only hashed). The digest is remembered in the cache by the file's (size, mtime_ns, inode, device), so a
-    file is read once per change, not at every load (45 MB: ~50 ms)."""
-    st = os.stat(path)
-    stamp = [st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev]
+    only hashed). The digest is remembered in the cache by the file's (size, mtime_ns, inode, device, ctime_ns),
+    so a file is read once per change, not at every load (45 MB: ~50 ms)."""
+    stamp = file_stamp(os.stat(path))
     key = os.fsdecode(os.path.abspath(path))
     cache_file = _weights_cache()
     try:
@@ -173,8 +182,8 @@ def verify_weights(path: Path, recorded: str | None) -> str:
     except (OSError, ValueError, RecursionError):
         cache = {}
     entry = cache.get(key)
-    if isinstance(entry, list) and len(entry) == 5 and entry[:4] == stamp and isinstance(entry[4], str):
-        digest = entry[4]
+    if isinstance(entry, list) and len(entry) == 6 and entry[:5] == stamp and isinstance(entry[5], str):
+        digest = entry[5]
     else:
         sha = hashlib.sha256()
         with open(path, "rb") as f:
@@ -200,18 +209,35 @@ def remember_weights(path: Path, digest: str) -> None:
         cache = cache if isinstance(cache, dict) else {}
     except (OSError, ValueError, RecursionError):
         cache = {}
-    st = os.stat(path)
-    cache[os.fsdecode(os.path.abspath(path))] = [st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev, digest]
+    cache[os.fsdecode(os.path.abspath(path))] = [*file_stamp(os.stat(path)), digest]
     _write_cache(cache_file, cache)
 
 
 def _write_cache(cache_file: Path, cache: dict) -> None:
     """Best effort (a read-only or full cache only costs a re-hash next time); never leaves a partial file."""
-    from imgtxt.paths import writing
+    from imgtxt.paths import private_dirs, writing
 
     try:
-        cache_file.parent.mkdir(parents=True, exist_ok=True)
-        with writing(cache_file) as f:
+        private_dirs(cache_file.parent)
+        with writing(cache_file, 0o600) as f:
             f.write(json.dumps(cache).encode("utf-8"))
     except OSError:
         pass
+
+
+# What a caption's vector depends on besides the weights: model.json's settings and the text encoder's files.
+VECTOR_SECTIONS = ("text", "joint", "features", "search", "concepts")
+TEXT_FILES = ("tokenizer.json", "vocab.json", "sse_vocab.json", "bow_terms.json")
+
+
+def text_id(model) -> str:
+    """The model id extended by everything else that changes a caption's vector (`layers`, `head`, use_abs, a
+    tokenizer.json edited): what caches of caption vectors are keyed by, so an edited copy of a model folder
+    never reads (or poisons) the original's."""
+    digest = hashlib.sha256(json.dumps({k: model.config.get(k) for k in VECTOR_SECTIONS}, sort_keys=True,
+                                       default=str).encode("utf-8"))
+    for name in TEXT_FILES:
+        path = Path(model.folder) / name
+        if path.is_file():
+            digest.update(name.encode("utf-8") + b"\0" + hashlib.sha256(path.read_bytes()).digest())
+    return f"{model.model_id}-{digest.hexdigest()[:12]}"

@@ -45,7 +45,7 @@ def cache_path(model, dataset: str, split) -> Path:
 def split_vectors(model, dataset: str, data_dir: Path | str, split_name: str = "val", batch_size: int = 32,
                   quiet: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """(photo vectors (N, D), caption vectors (5N, D)) of a split, as an index and a search query compute them."""
-    from imgtxt.paths import writing
+    from imgtxt.paths import private_dirs, writing
 
     split = load_split(dataset, data_dir, split_name)
     path = cache_path(model, dataset, split)
@@ -56,8 +56,8 @@ def split_vectors(model, dataset: str, data_dir: Path | str, split_name: str = "
         pass
     image_vectors = embed_photos(model, split.image_paths, f"{dataset} {split_name} photos", batch_size, quiet)
     caption_vectors = model.encode_query(split.captions)   # the scores a search shows
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with writing(path) as f:   # a file object: np.savez would add ".npz" to a temporary name
+    private_dirs(path.parent)
+    with writing(path, 0o600) as f:   # a file object: np.savez would add ".npz" to a temporary name
         np.savez(f, images=image_vectors, captions=caption_vectors)
     return image_vectors, caption_vectors
 

@@ -84,7 +84,7 @@ def class_name_rows(model, bank: list[str]) -> np.ndarray:
 
 def reference_photos(model, dataset: str, data_dir: Path | str, quiet: bool = False) -> np.ndarray:
     """Every REFERENCE_STRIDE-th train photo's vector at content width (cached per model and photo list)."""
-    from imgtxt.paths import cache_dir, writing
+    from imgtxt.paths import cache_dir, private_dirs, writing
 
     from .calibrate import embed_photos
 
@@ -95,8 +95,8 @@ def reference_photos(model, dataset: str, data_dir: Path | str, quiet: bool = Fa
         vectors = np.load(cache)
     except (OSError, ValueError):
         vectors = embed_photos(model, paths, f"{dataset} reference photos", quiet=quiet)
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        with writing(cache) as f:
+        private_dirs(cache.parent)
+        with writing(cache, 0o600) as f:
             np.save(f, vectors)
     return np.ascontiguousarray(vectors[:, :model.content_dim], np.float32)
 

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import torch
 
-from imgtxt.paths import replacing
+from imgtxt.paths import private_dirs, replacing
 
 
 def prefix_key(text_module: torch.nn.Module, token_lists: list[list[int]]) -> str:
@@ -59,8 +60,9 @@ def save_prefix(path: Path, prefix: torch.Tensor | list[torch.Tensor]) -> None:
     else:
         stored = {"ragged": torch.cat(prefix), "lengths": torch.tensor([len(p) for p in prefix])}
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        private_dirs(path.parent)
         with replacing(path) as tmp:
             torch.save(stored, tmp)
+            os.chmod(tmp, 0o600)
     except OSError:
         pass  # an unwritable or full cache costs the next run the recomputation, nothing else

@@ -44,6 +44,8 @@ SETTINGS = {   # model.json "text" settings, checked when the model loads
 
 
 def check_settings(text_config: dict) -> str | None:
+    if text_config.get("pooling", "mean") != "mean":   # the runtime pools by mean only: another value would be ignored
+        return f"text.pooling must be mean, not {str(text_config['pooling'])[:40]!r}"
     if text_config["hidden"] % text_config["heads"]:
         return f"text.heads must divide text.hidden ({text_config['hidden']}), not {text_config['heads']}"
     if text_config["head"] == "mlp" and text_config["head_hidden"] < 1:
@@ -190,6 +192,9 @@ class Runtime:
         self._tokenizer = None
         if self.ascii is None:
             self.tokenizer  # noqa: B018 (loaded now: a tokenizer.json that cannot be used fails at load)
+        ids = self.ascii.vocab.values() if self.ascii else self.tokenizer.get_vocab().values()
+        if min(ids, default=0) < 0:   # numpy would read a negative id as a row from the end: another word
+            raise ValueError(f"tokenizer.json has a negative token id ({min(ids)})")
         vocab_size = max(self.ascii.vocab.values(), default=-1) + 1 if self.ascii else self.tokenizer.get_vocab_size()
         rows = tensors.shape(PREFIX + "embeddings.word_embeddings.weight")[0] if hasattr(tensors, "shape") else None
         if rows is not None and vocab_size > rows:   # an id past the table: garbage or a crash

@@ -173,7 +173,7 @@ def _write_cache(path, wordpiece: AsciiWordPiece) -> None:
     import hashlib
     import json
 
-    from imgtxt.paths import writing
+    from imgtxt.paths import private_dirs, writing
 
     tokens = sorted(wordpiece.vocab, key=wordpiece.vocab.__getitem__)
     if [wordpiece.vocab[t] for t in tokens] != list(range(len(tokens))) or any("\n" in t for t in tokens):
@@ -183,8 +183,8 @@ def _write_cache(path, wordpiece: AsciiWordPiece) -> None:
     header = {"format": CACHE_FORMAT, "count": len(tokens), "sha256": hashlib.sha256(body).hexdigest(), "unk": unk,
               "prefix": wordpiece.prefix, "max_chars": wordpiece.max_chars, "added": list(wordpiece.added)}
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with writing(path) as f:
+        private_dirs(path.parent)
+        with writing(path, 0o600) as f:
             f.write(json.dumps(header).encode("utf-8") + b"\n" + body)
     except OSError:   # a read-only or full cache only costs speed
         pass
