@@ -76,11 +76,15 @@ class Index:
             raise empty
         # Checked against the record in SQLite before anything is mapped; if they differ, exact search from
         # SQLite and a one-line notice.
-        vectors = vector_index.open_vectors(self.dir, self.meta, self.conn, model.model_id,
-                                            model.vector_dim, self.notices)
+        vectors = self._open_vectors(model)
         if len(vectors) == 0:
             raise empty
         return vectors
+
+    def _open_vectors(self, model):
+        """The search files checked and mapped, else exact search from SQLite (open_index.py keeps them open)."""
+        return vector_index.open_vectors(self.dir, self.meta, self.conn, model.model_id, model.vector_dim,
+                                         self.notices)
 
     def paths(self, ids: list[int], chunk: int = 10_000) -> dict[int, tuple[str, str]]:
         """id -> (key, path to open) of the ids still in the index (removed photos are left out), in chunks
