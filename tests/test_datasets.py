@@ -143,6 +143,31 @@ def test_eval_cli_json_and_saved_embeddings(tmp_path, library, tiny_model):
     assert out["t2i"] == pytest.approx(expected["t2i"])
 
 
+def test_eval_runs_the_photos_through_the_index_path_by_default(tmp_path, library):
+    """`imgtxt eval`'s photo vectors are the ones `imgtxt index` stores for the same files (the same graph and
+    runtime); --runtime torch computes them in torch."""
+    import sqlite3
+
+    data = make_dataset(tmp_path / "f30k", "flickr30k", {"test": 6}, "flickr30k-images")
+    vectors = {}
+    for runtime in ("index", "torch"):
+        library.run("eval", "flickr30k", "--data-dir", data, "--split", "test", "--model", library.model, "--json",
+                    "--save-embeddings", tmp_path / runtime, "--runtime", runtime)
+        vectors[runtime] = np.load(tmp_path / runtime / "images.npy")
+    library.run("index", data / "flickr30k-images", "-q")
+    conn = sqlite3.connect(library.index / "index.db")
+    stored = dict(conn.execute("SELECT path, embedding FROM photos").fetchall())
+    conn.close()
+    indexed = np.stack([np.frombuffer(stored[str(data / "flickr30k-images" / f"test{i}.jpg")], np.float16)
+                        for i in range(6)]).astype(np.float32)
+    np.testing.assert_allclose(vectors["index"], indexed, atol=2e-3)     # float16 as stored
+    # torch computes the model's own precision (the tiny model: bf16 autocast), the graph fp32: close, not equal;
+    # each photo's torch vector is still nearest its own graph vector
+    unit = {k: v / np.linalg.norm(v, axis=1, keepdims=True) for k, v in vectors.items()}
+    assert (np.argmax(unit["torch"] @ unit["index"].T, axis=1) == np.arange(6)).all()
+    assert library.run("eval", "flickr30k", "--data-dir", data, "--runtime", "gpu", ok=False).exit_code != 0
+
+
 def test_cli_errors_for_missing_data(tmp_path, library):
     r = library.run("eval", "flickr8k", "--data-dir", tmp_path / "nowhere", ok=False)
     assert r.exit_code != 0 and "no such folder" in r.stderr
