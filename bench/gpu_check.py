@@ -1,25 +1,27 @@
-"""On a machine with an NVIDIA GPU: does `imgtxt index` run the CNN there, with the CPU's features, and how much
-faster is it?
+"""On a machine with an NVIDIA GPU, one short run: does `imgtxt index` run the CNN there, with the CPU's vectors, and
+how many photos a second does each do?
 
-    pip uninstall -y onnxruntime; pip install '.[gpu]'        # onnxruntime-gpu (CUDA provider)
-    .venv/bin/python bench/gpu_check.py [--photos 240] [--model DIR] [--photos-dir DIR]
+    python bench/gpu_check.py --install [--photos 2000] [--megapixels 2]   # a bare machine: pip installs first
+    .venv/bin/python bench/gpu_check.py [--photos 2000] [--model DIR]
 
-1. features: the same decoded squares through the model's CNN graph on the CPU (OpenVINO, else ONNX Runtime) and
-   on the GPU (ONNX Runtime, CUDA): raw features within the tolerance tests/test_cnn_runtime.py uses
-   (rtol 1e-3, atol 1e-3), discretized FNE agreement, cosine of the joint vectors;
-2. CNN alone, photos/s, CPU vs GPU (batch 32);
-3. `imgtxt index` of --photos 12-MP JPEGs (bench/index_speed.py's photos), cold processes, fresh index each:
-   IMGTXT_DEVICE=cpu vs the default (the GPU), wall and CPU seconds, --workers = the CPU count (decoding is all
-   that is left for the cores);
-4. if torchvision has CUDA: nvJPEG decode (torchvision.io.decode_jpeg on the GPU) vs Pillow's draft decode.
-Exits non-zero when the GPU is not used or the features differ beyond the tolerance.
+1. --install: `pip install -e .[train]` (torch, timm: the torch-on-CUDA path), then onnxruntime-gpu (ONNX Runtime's
+   CUDA provider), which may fail: without it the CNN runs in torch on the GPU (imgtxt/model/cnn_runtime.py);
+2. --photos synthetic JPEGs of --megapixels (bench/index_speed.py's camera-like photos, 48 encoded, the rest
+   distinct byte copies), under a temporary folder;
+3. the CNN alone on the same 64 decoded squares on the CPU (the exported graph, OpenVINO or ONNX Runtime) and on the
+   GPU (ONNX Runtime's CUDA, else torch's): raw features within rtol/atol 1e-3 (tests/test_cnn_runtime.py's
+   tolerance) and the photos/s of each at batch 32;
+4. `imgtxt index` of all the photos into two fresh indexes, IMGTXT_DEVICE=cpu and the default (the GPU), cold
+   processes, --workers = the CPU count: wall seconds and photos/s of each, the device each reports, and the stored
+   vectors of the two indexes compared photo by photo (cosine).
+Exits non-zero when the GPU was not used or the vectors differ beyond the tolerance.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
-import resource
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -29,109 +31,102 @@ from pathlib import Path
 import numpy as np
 
 BENCH = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH))
-from index_speed import REPO, cli, make_photos, subset  # noqa: E402
+REPO = BENCH.parent
 
 
-def child_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
+def install() -> None:
+    pip = [sys.executable, "-m", "pip", "install", "-q"]
+    subprocess.run(pip + ["-e", f"{REPO}[train]"], check=True)
+    got = subprocess.run(pip + ["onnxruntime-gpu>=1.17"], capture_output=True, text=True)
+    print("onnxruntime-gpu:", "installed" if got.returncode == 0 else
+          f"not installed ({(got.stderr.strip().splitlines() or ['?'])[-1][:160]}): the torch path will be used")
 
 
-def index_run(folder: Path, model: Path, env: dict, workers: int) -> tuple[float, float, str]:
-    start, cpu = time.perf_counter(), child_cpu()
-    out = subprocess.run(cli(REPO) + [str(folder), "--model", str(model), "--workers", str(workers), "--json"],
-                         env=env, capture_output=True, text=True)
+def index(folder: Path, model: Path, index_dir: Path, device: str) -> tuple[float, str]:
+    env = {**os.environ, "IMGTXT_DEVICE": device, "IMGTXT_INDEX_DIR": str(index_dir)}
+    start = time.perf_counter()
+    out = subprocess.run([sys.executable, "-m", "imgtxt", "index", str(folder), "--model", str(model), "--workers",
+                          str(os.cpu_count() or 2), "--json"], env=env, capture_output=True, text=True, cwd=REPO)
     if out.returncode:
-        raise SystemExit(f"imgtxt index failed:\n{out.stderr[-2000:]}")
-    return time.perf_counter() - start, child_cpu() - cpu, json.loads(out.stdout)["device"]
+        raise SystemExit(f"imgtxt index (IMGTXT_DEVICE={device}) failed:\n{out.stderr[-2000:]}")
+    return time.perf_counter() - start, json.loads(out.stdout)["device"]
 
 
-def nvjpeg_rate(photos: list[Path]) -> str:
-    try:
-        import torch
-        from torchvision.io import decode_jpeg
-    except ImportError:
-        return "torchvision not installed"
-    if not torch.cuda.is_available():
-        return "torch has no CUDA"
-    data = [torch.frombuffer(bytearray(p.read_bytes()), dtype=torch.uint8) for p in photos]
-    decode_jpeg(data[:2], device="cuda")  # warm-up
-    torch.cuda.synchronize()
-    start, cpu = time.perf_counter(), time.process_time()
-    for s in range(0, len(data), 32):
-        images = decode_jpeg(data[s:s + 32], device="cuda")
-        torch.nn.functional.interpolate(torch.stack([i[:, :3000, :3000].float() for i in images]), size=256)
-    torch.cuda.synchronize()
-    return (f"{len(photos) / (time.perf_counter() - start):.1f} photos/s (full 12-MP decode on the GPU, "
-            f"{1000 * (time.process_time() - cpu) / len(photos):.1f} ms CPU/photo)")
+def stored_vectors(index_dir: Path) -> dict[str, np.ndarray]:
+    conn = sqlite3.connect(index_dir / "index.db")
+    rows = conn.execute("SELECT path, embedding FROM photos").fetchall()
+    conn.close()
+    return {p: np.frombuffer(e, np.float16).astype(np.float32) for p, e in rows}
+
+
+def gpu_extractor(graph: Path, model):
+    """The GPU path `imgtxt index` takes: ONNX Runtime's CUDA when offered, else torch on CUDA."""
+    from imgtxt.model.cnn_runtime import cuda_offered, open_extractor
+    from imgtxt.model.cnn_torch import ImageEmbedder
+
+    if cuda_offered():
+        return open_extractor(graph, None, None, "fp32", device="gpu")
+    return ImageEmbedder(model, device="cuda")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--photos", type=int, default=240)
+    ap.add_argument("--photos", type=int, default=2000)
+    ap.add_argument("--megapixels", type=float, default=2.0)
     ap.add_argument("--model", default=None)
-    ap.add_argument("--photos-dir", default=str(Path(tempfile.gettempdir()) / "imgtxt-bench-12mp"))
+    ap.add_argument("--install", action="store_true")
     args = ap.parse_args()
+    if args.install:
+        install()
+    sys.path[:0] = [str(REPO), str(BENCH)]
+    import torch
+    from index_speed import make_photos
 
     from imgtxt.library.photo_work import Work, decode
-    from imgtxt.model.cnn_runtime import (
-        cached_graph_path,
-        cuda_offered,
-        export_to_cache,
-        open_extractor,
-    )
-    from imgtxt.model.fne import full_network_embedding
+    from imgtxt.model.cnn_runtime import cached_graph_path, export_to_cache, open_extractor
     from imgtxt.model.modelfile import TrainedModel, default_model_dir
 
-    if not cuda_offered():
-        raise SystemExit("ONNX Runtime has no CUDA provider here: pip uninstall -y onnxruntime; pip install '.[gpu]'")
+    print(f"torch {torch.__version__}, CUDA {torch.cuda.is_available()}"
+          + (f" ({torch.cuda.get_device_name(0)})" if torch.cuda.is_available() else ""))
     model_dir = Path(args.model) if args.model else default_model_dir()
     model = TrainedModel.load(model_dir)
+    width = int((args.megapixels * 1e6 * 4 / 3) ** 0.5)
     with tempfile.TemporaryDirectory() as tmp:
-        os.environ["IMGTXT_CACHE_DIR"] = str(Path(tmp) / "cache")
-        graph = Path(model_dir) / "cnn.onnx"
-        if not graph.is_file():
-            graph = export_to_cache(model) or cached_graph_path(model.features)
-        photos = make_photos(Path(args.photos_dir), args.photos)
-        cpu_cnn = open_extractor(graph, None, None, "fp32", device="cpu")
-        gpu_cnn = open_extractor(graph, None, None, "fp32", device="gpu")
-        print(f"CPU: {cpu_cnn.device_line}; GPU: {gpu_cnn.device_line}")
-        squares = np.stack([decode(Work(str(p), 0, 0, None), cpu_cnn.resize_size)[0] for p in photos[:96]])
-        rates, raw = {}, {}
-        for name, cnn in (("cpu", cpu_cnn), ("gpu", gpu_cnn)):
-            cnn.raw_features(squares[:32])
-            start = time.perf_counter()
-            raw[name] = np.concatenate([cnn.raw_features(squares[s:s + 32]) for s in range(0, len(squares), 32)])
-            rates[name] = len(squares) / (time.perf_counter() - start)
-        diff = np.abs(raw["gpu"] - raw["cpu"])
-        close = np.allclose(raw["gpu"], raw["cpu"], rtol=1e-3, atol=1e-3)
-        a, b = (full_network_embedding(raw[k], model.stats) for k in ("cpu", "gpu"))
-        va, vb = (model.encode_raw_images(raw[k]) for k in ("cpu", "gpu"))
-        cosine = np.sum(va * vb, axis=1) / np.linalg.norm(va, axis=1) / np.linalg.norm(vb, axis=1)
-        print(f"features GPU vs CPU ({len(squares)} photos): max abs diff {diff.max():.2e}, within rtol/atol 1e-3: "
-              f"{close}; discretized FNE {100 * np.mean(a == b):.4f}% identical; joint vectors cosine min "
-              f"{cosine.min():.6f}")
-        print(f"CNN alone, batch 32: CPU {rates['cpu']:.1f} photos/s, GPU {rates['gpu']:.1f} photos/s "
-              f"= {rates['gpu'] / rates['cpu']:.1f}x")
+        tmp = Path(tmp)
+        os.environ["IMGTXT_CACHE_DIR"] = str(tmp / "cache")
+        graph = model_dir / "cnn.onnx" if (model_dir / "cnn.onnx").is_file() else \
+            export_to_cache(model) or cached_graph_path(model.features)
+        start = time.perf_counter()
+        photos = make_photos(tmp / "photos", args.photos, size=(width, width * 3 // 4))
+        print(f"{len(photos)} photos of {width}x{width * 3 // 4} written in {time.perf_counter() - start:.0f} s")
 
-        folder = subset(photos, args.photos, Path(tmp) / "photos")
-        for p in photos:
-            p.read_bytes()
-        workers = os.cpu_count() or 2
-        env = {**os.environ, "IMGTXT_INDEX_DIR": str(Path(tmp) / "warm")}
-        index_run(subset(photos, 2, Path(tmp) / "warm-photos"), model_dir, env, workers)  # compile caches
+        cpu_cnn, gpu_cnn = open_extractor(graph, None, None, "fp32", device="cpu"), gpu_extractor(graph, model)
+        squares = np.stack([decode(Work(str(p), 0, 0, None), cpu_cnn.resize_size)[0] for p in photos[:64]])
+        raw, rates = {}, {}
+        for name, cnn in (("cpu", cpu_cnn), ("gpu", gpu_cnn)):
+            run = getattr(cnn, "raw_features", None) or cnn.extractor
+            run(squares[:32])
+            start = time.perf_counter()
+            raw[name] = np.concatenate([run(squares[s:s + 32]) for s in range(0, len(squares), 32)])
+            rates[name] = len(squares) / (time.perf_counter() - start)
+            print(f"CNN alone on {cnn.device_line}: {rates[name]:.1f} photos/s (batch 32)")
+        close = np.allclose(raw["gpu"], raw["cpu"], rtol=1e-3, atol=1e-3)
+        print(f"raw features GPU vs CPU: max abs diff {np.abs(raw['gpu'] - raw['cpu']).max():.2e}; within rtol/atol "
+              f"1e-3: {close}")
+
         runs = {}
         for name, device in (("cpu", "cpu"), ("gpu", "auto")):
-            env = {**os.environ, "IMGTXT_DEVICE": device, "IMGTXT_INDEX_DIR": str(Path(tmp) / f"index-{name}")}
-            runs[name] = index_run(folder, model_dir, env, workers)
-            wall, cpu, device_line = runs[name]
-            print(f"imgtxt index, {args.photos} photos, IMGTXT_DEVICE={device}: {wall:.1f} s "
-                  f"({args.photos / wall:.1f} photos/s), {cpu:.1f} CPU s; CNN on {device_line}")
-        print(f"GPU vs CPU: {runs['cpu'][0] / runs['gpu'][0]:.2f}x the photos/s; nvJPEG: {nvjpeg_rate(photos[:96])}")
-        print(f"machine: {os.cpu_count()} CPU cores; load {os.getloadavg()[0]:.1f}")
-    if not close or "GPU" not in runs["gpu"][2]:
-        raise SystemExit("FAILED: the GPU was not used or its features differ beyond the tolerance")
+            runs[name] = index(tmp / "photos", model_dir, tmp / f"index-{name}", device)
+            wall, line = runs[name]
+            print(f"imgtxt index, {len(photos)} photos, IMGTXT_DEVICE={device}: {wall:.1f} s = "
+                  f"{len(photos) / wall:.1f} photos/s; CNN on {line}")
+        a, b = stored_vectors(tmp / "index-cpu"), stored_vectors(tmp / "index-gpu")
+        cosine = np.array([a[p] @ b[p] / np.linalg.norm(a[p]) / np.linalg.norm(b[p]) for p in a if p in b])
+        print(f"stored vectors, {len(cosine)} photos in both: cosine min {cosine.min():.6f}, mean {cosine.mean():.6f}")
+        print(f"GPU / CPU photos/s: CNN alone {rates['gpu'] / rates['cpu']:.1f}x, imgtxt index "
+              f"{runs['cpu'][0] / runs['gpu'][0]:.2f}x; {os.cpu_count()} CPU cores, load {os.getloadavg()[0]:.1f}")
+    if not close or "GPU" not in runs["gpu"][1] or len(cosine) != len(photos) or cosine.min() < 0.999:
+        raise SystemExit("FAILED: the GPU was not used, or its vectors differ beyond the tolerance")
 
 
 if __name__ == "__main__":

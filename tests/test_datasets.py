@@ -92,6 +92,41 @@ def test_feature_cache_resumes_and_is_keyed_by_settings(tmp_path, monkeypatch, f
     assert FeatureSpec(ex.backbone.id, "all", 1, "auto").key != spec.key
 
 
+def test_features_print_progress_lines_when_stderr_is_not_a_terminal(tmp_path, monkeypatch, capsys):
+    """`imgtxt eval` piped into a log: tqdm shows nothing there, so a line every PIPED_EVERY seconds."""
+    from imgtxt.research import feature_cache
+
+    class Extractor:   # the extractor's contract, without a CNN
+        dim, layer_names, layer_dims, baseline_slice, resize_size = 4, ["a"], [4], [0, 4], 32
+
+        def __call__(self, squares):
+            return np.ones((len(squares), 4), np.float32)
+
+    monkeypatch.setenv("IMGTXT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(feature_cache, "PIPED_EVERY", 0.0)
+    make_dataset(tmp_path, "flickr8k", {"val": 5}, "images")
+    split = load_split("flickr8k", tmp_path, "val")
+    spec = feature_cache.FeatureSpec("stand-in@x", "all", 1, "fp32")
+    feature_cache.compute_features("flickr8k", split, Extractor(), spec, batch_size=2)
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split(" photos")[0] for line in lines if line.startswith("imgtxt:")] == [
+        f"imgtxt: flickr8k val features: {done}/5" for done in (2, 4, 5)]
+    feature_cache.compute_features("flickr8k", split, Extractor(), spec, batch_size=2, quiet=True)
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("dataset, images", [("flickr30k", "flickr30k-images/"), ("coco", "val2014/"),
+                                             ("flickr8k", "Flicker8k_Dataset/")])
+def test_missing_data_says_what_the_folder_must_hold(tmp_path, dataset, images):
+    for reason in ("no such folder", "Karpathy split file"):
+        folder = tmp_path / "absent" if reason == "no such folder" else tmp_path
+        with pytest.raises(DatasetError) as found:
+            load_split(dataset, folder, "test")
+        message = str(found.value)
+        assert reason in message and "\n" not in message
+        assert f"dataset_{dataset}.json" in message and "caption_datasets.zip" in message and images in message
+
+
 def test_eval_cli_json_and_saved_embeddings(tmp_path, library, tiny_model):
     data = make_dataset(tmp_path / "f30k", "flickr30k", {"train": 1, "test": 6}, "flickr30k-images")
     emb = tmp_path / "emb"
@@ -106,6 +141,31 @@ def test_eval_cli_json_and_saved_embeddings(tmp_path, library, tiny_model):
     expected = evaluate_scores(tiny_model.scores(images, captions))
     assert out["rsum"] == pytest.approx(expected["rsum"])
     assert out["t2i"] == pytest.approx(expected["t2i"])
+
+
+def test_eval_runs_the_photos_through_the_index_path_by_default(tmp_path, library):
+    """`imgtxt eval`'s photo vectors are the ones `imgtxt index` stores for the same files (the same graph and
+    runtime); --runtime torch computes them in torch."""
+    import sqlite3
+
+    data = make_dataset(tmp_path / "f30k", "flickr30k", {"test": 6}, "flickr30k-images")
+    vectors = {}
+    for runtime in ("index", "torch"):
+        library.run("eval", "flickr30k", "--data-dir", data, "--split", "test", "--model", library.model, "--json",
+                    "--save-embeddings", tmp_path / runtime, "--runtime", runtime)
+        vectors[runtime] = np.load(tmp_path / runtime / "images.npy")
+    library.run("index", data / "flickr30k-images", "-q")
+    conn = sqlite3.connect(library.index / "index.db")
+    stored = dict(conn.execute("SELECT path, embedding FROM photos").fetchall())
+    conn.close()
+    indexed = np.stack([np.frombuffer(stored[str(data / "flickr30k-images" / f"test{i}.jpg")], np.float16)
+                        for i in range(6)]).astype(np.float32)
+    np.testing.assert_allclose(vectors["index"], indexed, atol=2e-3)     # float16 as stored
+    # torch computes the model's own precision (the tiny model: bf16 autocast), the graph fp32: close, not equal;
+    # each photo's torch vector is still nearest its own graph vector
+    unit = {k: v / np.linalg.norm(v, axis=1, keepdims=True) for k, v in vectors.items()}
+    assert (np.argmax(unit["torch"] @ unit["index"].T, axis=1) == np.arange(6)).all()
+    assert library.run("eval", "flickr30k", "--data-dir", data, "--runtime", "gpu", ok=False).exit_code != 0
 
 
 def test_cli_errors_for_missing_data(tmp_path, library):

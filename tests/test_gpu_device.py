@@ -106,3 +106,55 @@ def test_device_setting_is_checked(monkeypatch, tiny_model):
     monkeypatch.setenv("IMGTXT_DEVICE", "tpu")
     with pytest.raises(GraphError, match="use auto, cpu or gpu"):
         cnn_runtime.onnx_embedder(tiny_model, export=False)
+
+
+# ------------------------------------------------------------------ no CUDA provider: torch on the GPU
+
+@pytest.fixture()
+def torch_sees_a_gpu(monkeypatch):
+    """A machine with an NVIDIA GPU that torch can use, and ONNX Runtime without its CUDA provider (this one)."""
+    torch = pytest.importorskip("torch")
+    asked = []
+    monkeypatch.setattr(cnn_runtime, "nvidia_gpu_present", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: asked.append(True) or True)
+    for variable in ("IMGTXT_DEVICE", "IMGTXT_CNN_RUNTIME"):
+        monkeypatch.delenv(variable, raising=False)
+    return asked
+
+
+def test_torch_on_cuda_when_onnx_runtime_has_no_cuda_provider(torch_sees_a_gpu, tiny_model, monkeypatch):
+    notices = []
+    assert not cnn_runtime.cuda_offered()
+    assert cnn_runtime.onnx_embedder(tiny_model, export=False, notice=notices.append) is None   # the torch path ...
+    assert notices == ["imgtxt: ONNX Runtime has no CUDA provider: the CNN runs in torch on the GPU"]
+    import torch
+
+    from imgtxt.model.cnn_torch import ImageEmbedder
+
+    class NoGpuHere(Exception):
+        pass
+
+    moved = []   # ... whose network is moved to CUDA (stopped there: this machine has no GPU)
+
+    def to(self, *args, **kwargs):
+        moved.append(str(args[0]) if args else str(kwargs))
+        raise NoGpuHere
+
+    monkeypatch.setattr(torch.nn.Module, "to", to)
+    with pytest.raises(NoGpuHere):
+        ImageEmbedder(tiny_model)
+    assert moved == ["cuda"]
+
+
+def test_torch_cuda_is_not_chosen_over_onnx_runtime_cuda_or_against_the_settings(torch_sees_a_gpu, monkeypatch,
+                                                                                 tiny_model):
+    assert not cnn_runtime.torch_cuda_instead("cpu") and not torch_sees_a_gpu   # IMGTXT_DEVICE=cpu: torch not asked
+    monkeypatch.setattr(cnn_runtime, "nvidia_gpu_present", lambda: False)
+    assert not cnn_runtime.torch_cuda_instead("auto") and not torch_sees_a_gpu  # no NVIDIA driver: torch not asked
+    monkeypatch.setattr(cnn_runtime, "nvidia_gpu_present", lambda: True)
+    assert cnn_runtime.torch_cuda_instead("auto") and cnn_runtime.torch_cuda_instead("gpu")
+    monkeypatch.setenv("IMGTXT_CNN_RUNTIME", "onnxruntime")   # a runtime chosen by name is kept to
+    assert cnn_runtime.onnx_embedder(tiny_model, export=False) is not None
+    monkeypatch.delenv("IMGTXT_CNN_RUNTIME")
+    monkeypatch.setattr(ort, "get_available_providers", lambda: [CUDA, "CPUExecutionProvider"])
+    assert not cnn_runtime.torch_cuda_instead("auto")          # ONNX Runtime's own CUDA comes first

@@ -171,6 +171,8 @@ def index_photos(paths, exclude, index_dir, model, batch_size, workers, as_json,
         out["device"] = summary.device
         sys.stdout.write(json.dumps(out, ensure_ascii=False) + "\n")
     else:
+        if summary.device and not quiet and not progress:   # (on a terminal it was said before the bar)
+            _say(f"imgtxt: the CNN ran on {summary.device}")
         click.echo(summary.line())
 
 

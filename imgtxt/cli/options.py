@@ -81,15 +81,16 @@ def feature_options(function):
 
 def dataset_folder(dataset: str, data_dir: Optional[Path]) -> Path:
     from imgtxt.paths import data_dir as resolve
-    from imgtxt.research.datasets import DATASETS
+    from imgtxt.research.datasets import DATASETS, what_it_holds
 
     if dataset not in DATASETS:
         raise UsageError(f"unknown dataset {dataset!r}; known: {', '.join(DATASETS)}")
     folder = resolve(data_dir)
     if folder is None:
-        raise UsageError(f"where is {dataset}? pass --data-dir DIR or set IMGTXT_DATA_DIR")
+        raise UsageError(f"where is {dataset}? {what_it_holds(dataset)}; pass --data-dir DIR or set IMGTXT_DATA_DIR")
     if not folder.is_dir():
-        raise UsageError(f"{folder}: no such folder (pass --data-dir or set IMGTXT_DATA_DIR)")
+        raise UsageError(f"{folder}: no such folder; {what_it_holds(dataset)}; pass --data-dir DIR or set "
+                         f"IMGTXT_DATA_DIR")
     return folder
 
 

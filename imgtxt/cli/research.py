@@ -249,8 +249,12 @@ def train(dataset, data_dir, preset, feature_kind, backbone, layer_set, crops, p
                    "1st/rnd/avg/any, rPrecision(5) and its Med r)")
 @click.option("--ties", default="expected", show_default=True,
               help="Tied scores: 'expected' (random order) or 'pessimistic'")
+@click.option("--runtime", default="index", show_default=True,
+              help="'index': the photos through the CNN `imgtxt index` runs (the model's exported graph on OpenVINO "
+                   "or ONNX Runtime); 'torch': the torch CNN, as training computes features")
 @quiet_opt
-def evaluate(dataset, data_dir, split, model, as_json, save_embeddings, backbone_weights, metrics, ties, quiet):
+def evaluate(dataset, data_dir, split, model, as_json, save_embeddings, backbone_weights, metrics, ties, runtime,
+             quiet):
     """Recall of a model on a dataset split.
 
     Image annotation (i2t) and retrieval (t2i): R@1/5/10, Med r, rsum.
@@ -268,6 +272,8 @@ def evaluate(dataset, data_dir, split, model, as_json, save_embeddings, backbone
         raise UsageError("--metrics must be 'standard' or 'thesis'")
     if ties not in ("expected", "pessimistic"):
         raise UsageError("--ties must be 'expected' or 'pessimistic'")
+    if runtime not in ("index", "torch"):
+        raise UsageError("--runtime must be 'index' or 'torch'")
     if model is not None and AmeconModel.is_amecon(model):
         from imgtxt.research.amecon_train import evaluate_amecon
 
@@ -279,7 +285,7 @@ def evaluate(dataset, data_dir, split, model, as_json, save_embeddings, backbone
                    f"R@10 {result['t2i']['r10']:.1f} Med r {result['t2i']['medr']:.0f} (i2t R@1 {result['i2t']['r1']:.1f})")
         return
     result = evaluate_model(load_model(model), dataset, folder, split, save_embeddings, quiet=quiet or as_json,
-                            backbone_weights=backbone_weights, thesis=metrics == "thesis", ties=ties)
+                            backbone_weights=backbone_weights, thesis=metrics == "thesis", ties=ties, runtime=runtime)
     if as_json:
         keys = ("dataset", "split", "images", "captions", "i2t", "t2i", "rsum")
         out = {k: result[k] for k in keys}

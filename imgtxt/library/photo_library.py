@@ -22,27 +22,12 @@ from imgtxt.errors import ImgtxtError, Interrupted
 from imgtxt.model.modelfile import ModelError, TrainedModel
 
 from . import arguments as check
+from .open_index import KeptIndexes, one_blas_thread
+from .open_index import database_errors as _database_errors
 from .photo_paths import path_key
 from .query import QueryError
 from .results import CaptionMatch, Folder, PhotoMatch, PhotoRecord, Status, row_id_of
 from .store import StoreError
-
-
-def _database_errors(method):
-    """An SQLite error anywhere below becomes one StoreError line that names the recovery (busy, cannot write,
-    or damaged: `imgtxt index --rebuild`)."""
-    import functools
-    import sqlite3
-
-    @functools.wraps(method)
-    def wrapper(self, *args, **kwargs):
-        from .store import DB_NAME, classify
-
-        try:
-            return method(self, *args, **kwargs)
-        except sqlite3.DatabaseError as e:
-            raise classify(e, self.index_dir / DB_NAME) from None
-    return wrapper
 
 
 def load_model(folder: Path | str | None) -> TrainedModel:
@@ -54,13 +39,15 @@ def load_model(folder: Path | str | None) -> TrainedModel:
 
 class Library:
     """One photo index. `model`: a model folder (default: $IMGTXT_MODEL, else for queries the model the
-    index was built with, else the model shipped with imgtxt)."""
+    index was built with, else the model shipped with imgtxt). The index stays open between queries (each
+    checks that it is still the one on disk, open_index.py); `close()` lets it go."""
 
     def __init__(self, index_dir: Path | str | None = None, model: Path | str | None = None):
         index_dir, model = check.optional_path(index_dir, "index_dir"), check.optional_path(model, "model")
         self.index_dir = paths.index_dir(index_dir)
         self._model_choice = paths.chosen_model_dir(model)
         self._models: dict[str, TrainedModel] = {}
+        self._kept = KeptIndexes(self.index_dir)
         self.notices: list[str] = []   # one-line warnings of the last query (e.g. a damaged vector file)
 
     # ------------------------------------------------------------------ the model
@@ -85,14 +72,17 @@ class Library:
             _close(index)
 
     def _open(self, required: bool = True):
-        from .query import Index
-
         try:
-            return Index(self.index_dir)
+            return self._kept.get()
         except StoreError:
             if required:
                 raise
             return None
+
+    def close(self) -> None:
+        """Let go of the index this thread holds open (its database connection and mapped vector files); the next
+        query opens it again. Old vector files that an index run removed stay on disk while a Library holds them."""
+        self._kept.drop()
 
     # ------------------------------------------------------------------ indexing
     @_database_errors
@@ -218,8 +208,9 @@ class Library:
             text = read_model_query(model, text, self.notices)
             search_confidence_of(model, self.notices)   # a damaged reference file is said once, here
             score, confidence = min_score_of(model, min_score, text)
-            return rate(model, _distinct(index, model, lambda want: search(index, model, text, want, score), n,
-                                         all_copies), confidence, text)
+            with one_blas_thread():
+                return rate(model, _distinct(index, model, lambda want: search(index, model, text, want, score), n,
+                                             all_copies), confidence, text)
         finally:
             _close(index, self)
 
@@ -236,8 +227,9 @@ class Library:
             model = self._query_model(index)
             path = check_photo(str(photo))
             vector = photo_vector(path, model, index, model.embed_photo)
-            return _distinct(index, model, lambda want: similar(index, model, vector, want, exclude=path),
-                             n, all_copies)
+            with one_blas_thread():
+                return _distinct(index, model, lambda want: similar(index, model, vector, want, exclude=path),
+                                 n, all_copies)
         finally:
             _close(index, self)
 
@@ -336,10 +328,9 @@ class Library:
 
 
 def _close(index, library: "Library | None" = None) -> None:
-    if index is not None:
-        if library is not None:
-            library.notices.extend(index.notices)
-        index.conn.close()
+    """After a query: its notices to the library (the index itself stays open for the next query)."""
+    if index is not None and library is not None:
+        library.notices.extend(index.notices)
 
 
 

@@ -76,11 +76,15 @@ class Index:
             raise empty
         # Checked against the record in SQLite before anything is mapped; if they differ, exact search from
         # SQLite and a one-line notice.
-        vectors = vector_index.open_vectors(self.dir, self.meta, self.conn, model.model_id,
-                                            model.vector_dim, self.notices)
+        vectors = self._open_vectors(model)
         if len(vectors) == 0:
             raise empty
         return vectors
+
+    def _open_vectors(self, model):
+        """The search files checked and mapped, else exact search from SQLite (open_index.py keeps them open)."""
+        return vector_index.open_vectors(self.dir, self.meta, self.conn, model.model_id, model.vector_dim,
+                                         self.notices)
 
     def paths(self, ids: list[int], chunk: int = 10_000) -> dict[int, tuple[str, str]]:
         """id -> (key, path to open) of the ids still in the index (removed photos are left out), in chunks
@@ -185,22 +189,14 @@ def rank(index: Index, model, vectors, query: np.ndarray, n: int, score_fn,
     return hits
 
 
-_ENCODED: dict[tuple, np.ndarray] = {}   # the last queries' vectors: a search, its levels and --min-score share one
-
-
 def encode_query(model, text: str) -> np.ndarray:
-    """(1, D) the search vector of `text` (checked first), computed once for the few latest queries."""
-    key = (model.model_id, str(model.folder), text)
-    query = _ENCODED.get(key)
-    if query is None:
-        check_query(model, text)
-        query = model.encode_query([text])
-        if not np.isfinite(query).all():
-            raise QueryError(f"the model in {model.folder} gives no usable vector for this query (NaN): its "
-                             f"weights are damaged")
-        if len(_ENCODED) >= 32:
-            _ENCODED.pop(next(iter(_ENCODED)))
-        _ENCODED[key] = query
+    """(1, D) the search vector of `text`, checked first (the model keeps the last queries' vectors, so a search,
+    its levels and --min-score encode it once)."""
+    check_query(model, text)
+    query = model.encode_query([text])
+    if not np.isfinite(query).all():
+        raise QueryError(f"the model in {model.folder} gives no usable vector for this query (NaN): its weights "
+                         f"are damaged")
     return query
 
 

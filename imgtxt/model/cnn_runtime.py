@@ -8,8 +8,10 @@ Where a graph is looked for, in order:
 IMGTXT_CNN_RUNTIME=torch forces the torch path (comparisons); =openvino or =onnxruntime picks that runtime
 and refuses to fall back to torch.
 Device: where ONNX Runtime offers CUDA (the gpu extra, onnxruntime-gpu) the graph runs on the NVIDIA GPU, and on
-the CPU when the session cannot start there (no GPU, no driver). IMGTXT_DEVICE=cpu keeps it on the CPU; =gpu
-refuses to run without one. `extractor.device_line` says which it got.
+the CPU when the session cannot start there (no GPU, no driver). Where ONNX Runtime has no CUDA provider (the
+plain onnxruntime, or only OpenVINO) but an NVIDIA GPU is there and torch can use it, the CNN runs in torch on that
+GPU instead (`onnx_embedder` returns None: the torch path picks CUDA itself). IMGTXT_DEVICE=cpu keeps it on the
+CPU; =gpu refuses to run without one. `extractor.device_line` says which it got.
 """
 from __future__ import annotations
 
@@ -65,6 +67,26 @@ def cuda_offered() -> bool:
     import onnxruntime as ort
 
     return CUDA in ort.get_available_providers()
+
+
+def nvidia_gpu_present() -> bool:
+    """An NVIDIA driver is loaded (its device node or /proc entry): checked before torch is imported to ask it,
+    since importing torch costs an index run seconds on the many machines without such a GPU."""
+    import shutil
+
+    return any(os.path.exists(p) for p in ("/dev/nvidiactl", "/proc/driver/nvidia/version")) \
+        or shutil.which("nvidia-smi") is not None
+
+
+def torch_cuda_instead(device: str) -> bool:
+    """ONNX Runtime cannot reach the GPU (no CUDA provider) but torch can: the CNN runs in torch on CUDA."""
+    import importlib.util
+
+    if device == "cpu" or cuda_offered() or not nvidia_gpu_present() or importlib.util.find_spec("torch") is None:
+        return False
+    import torch
+
+    return bool(torch.cuda.is_available())
 
 
 class OnnxFeatureExtractor:
@@ -249,6 +271,10 @@ def onnx_embedder(model, threads: int | None = None, export: bool = True, notice
     if device not in ("auto", "cpu", "gpu"):
         raise GraphError(f"{DEVICE_ENV}={printable(device)[:40]}: use auto, cpu or gpu")
     if choice == "torch":
+        return None
+    if not choice and torch_cuda_instead(device):   # (a runtime chosen by name is kept to)
+        if notice:
+            notice("imgtxt: ONNX Runtime has no CUDA provider: the CNN runs in torch on the GPU")
         return None
     backend = choice if choice in BACKENDS else None
     if not available_backends():

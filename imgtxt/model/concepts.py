@@ -15,6 +15,8 @@ concepts.classifier.bias (classes,), concepts.class_vectors (classes, text_dim),
 """
 from __future__ import annotations
 
+from functools import cached_property
+
 import numpy as np
 
 WEIGHT = "concepts.classifier.weight"
@@ -67,9 +69,10 @@ class ConceptBridge:
         self.dim = int(config["text_dim"])
         self._tensors = tensors
 
-    @property
+    @cached_property
     def class_vectors(self) -> np.ndarray:
-        """(classes, text_dim) the class names' sentence vectors, L2-normalised."""
+        """(classes, text_dim) the class names' sentence vectors, L2-normalised (converted once: every query's
+        gate reads them)."""
         return self._array(CLASS_VECTORS)
 
     def _array(self, name: str) -> np.ndarray:

@@ -26,6 +26,7 @@ import numpy as np
 from imgtxt.errors import ImgtxtError, ModelError  # noqa: F401  (ModelError: imported from here too)
 
 from . import concepts, search_tuning, text_encoders
+from .query_cache import QueryVectors
 from .calibration import Calibration
 from .fne import FeatureStats, full_network_embedding, l2_normalize
 
@@ -335,8 +336,13 @@ class TrainedModel:
             out[:, -1] = 1.0
         return out
 
-    def encode_query(self, texts: list[str]) -> np.ndarray:
-        """Search queries -> vectors: encode_text, with the query gate (search_tuning) on the ConSE part."""
+    @cached_property
+    def encode_query(self) -> QueryVectors:
+        """Search queries -> vectors: encode_text, with the query gate (search_tuning) on the ConSE part; the
+        last few queries' vectors are kept (query_cache.py)."""
+        return QueryVectors(self._encode_query)
+
+    def _encode_query(self, texts: list[str]) -> np.ndarray:
         out = self.encode_text(texts)
         gate = self.config.get("search", {}).get("query_gate")
         if gate and self.concepts is not None:

@@ -25,6 +25,23 @@ _IMAGE_FOLDERS = {
 }
 
 
+# Where each dataset's two parts come from. Karpathy's split files (dataset_flickr8k.json, dataset_flickr30k.json,
+# dataset_coco.json) are all in one zip; the images come from each dataset's own distribution.
+_KARPATHY = "caption_datasets.zip, cs.stanford.edu/people/karpathy/deepimagesent"
+_IMAGE_SOURCES = {
+    "flickr8k": "the images in Flicker8k_Dataset/ (Flickr8k_Dataset.zip, Hodosh et al.'s request form at the "
+                "University of Illinois)",
+    "flickr30k": "the images in flickr30k-images/ (the Flickr30k request form, shannon.cs.illinois.edu/DenotationGraph)",
+    "coco": "the images in train2014/ and val2014/ (train2014.zip and val2014.zip, cocodataset.org/#download)",
+}
+
+
+def what_it_holds(dataset: str) -> str:
+    """What a dataset folder must hold and where each part comes from (one sentence, for error messages)."""
+    return (f"the folder must hold dataset_{dataset}.json (Karpathy's split, in {_KARPATHY}) and "
+            f"{_IMAGE_SOURCES.get(dataset, 'the images')}")
+
+
 class DatasetError(ImgtxtError):
     """The dataset is missing or malformed; the message says what to fix."""
 
@@ -46,10 +63,8 @@ def _json_path(data_dir: Path, dataset: str) -> Path:
     for candidate in (data_dir / f"dataset_{dataset}.json", data_dir / "dataset.json"):
         if candidate.is_file():
             return candidate
-    raise DatasetError(
-        f"{data_dir}: no dataset_{dataset}.json (Karpathy split file) found. "
-        f"Pass --data-dir pointing at the folder that holds it and the images."
-    )
+    raise DatasetError(f"{data_dir}: no dataset_{dataset}.json (Karpathy split file); {what_it_holds(dataset)}; "
+                       f"pass --data-dir DIR or set {DATA_ENV}")
 
 
 def _resolve_image(data_dir: Path, dataset: str, entry: dict) -> Path:
@@ -68,7 +83,8 @@ def load_split(dataset: str, data_dir: Path | str, split: str, check_images: boo
         raise DatasetError(f"unknown dataset {dataset!r}; known: {', '.join(DATASETS)}")
     data_dir = Path(data_dir)
     if not data_dir.is_dir():
-        raise DatasetError(f"{data_dir}: no such folder (pass --data-dir or set {DATA_ENV})")
+        raise DatasetError(f"{data_dir}: no such folder; {what_it_holds(dataset)}; pass --data-dir DIR or set "
+                           f"{DATA_ENV}")
     path = _json_path(data_dir, dataset)
     try:
         with open(path, encoding="utf-8") as f:
@@ -98,9 +114,8 @@ def load_split(dataset: str, data_dir: Path | str, split: str, check_images: boo
     if check_images:
         missing = [p for p in image_paths if not p.is_file()]
         if missing:
-            raise DatasetError(
-                f"{len(missing)} of {len(image_paths)} {split} images are missing, e.g. {missing[0]}"
-            )
+            raise DatasetError(f"{len(missing)} of {len(image_paths)} {split} images are missing, e.g. {missing[0]}; "
+                               f"{what_it_holds(dataset)}")
     return Split(dataset, split, image_paths, captions)
 
 

@@ -11,15 +11,26 @@ from .datasets import CAPTIONS_PER_IMAGE, load_split, protocol
 from .metrics import evaluate_scores, mean_of_folds
 
 
+RUNTIMES = ("index", "torch")
+
+
 def evaluate_model(model: TrainedModel, dataset: str, data_dir: Path | str, split: str = "val",
                    save_embeddings: Path | str | None = None, quiet: bool = False,
-                   backbone_weights: str | None = None, thesis: bool = False, ties: str = "expected") -> dict:
+                   backbone_weights: str | None = None, thesis: bool = False, ties: str = "expected",
+                   runtime: str = "index") -> dict:
+    """`runtime` "index": the photos through the CNN `imgtxt index` runs (the model's exported graph on OpenVINO
+    or ONNX Runtime, at the model's precision), falling back to torch where no graph runs; "torch": the torch
+    CNN, as training computes dataset features. Either's features are cached."""
     from .pipeline import FeatureSettings, raw_split_features
 
+    if runtime not in RUNTIMES:
+        raise ValueError(f"the eval runtime must be one of {', '.join(RUNTIMES)}, not {runtime!r}")
     data = load_split(dataset, data_dir, split)
     f = model.features
-    settings = FeatureSettings(f["backbone"], f["layer_set"], f["crops"], f["precision"], backbone_weights)
-    raw, _ = raw_split_features(data, settings, quiet=quiet)
+    raw = index_features(model, data, quiet) if runtime == "index" and backbone_weights is None else None
+    if raw is None:
+        settings = FeatureSettings(f["backbone"], f["layer_set"], f["crops"], f["precision"], backbone_weights)
+        raw, _ = raw_split_features(data, settings, quiet=quiet)
     images = model.encode_raw_images(raw)
     captions = model.encode_text(data.captions)
     if save_embeddings:
@@ -45,6 +56,45 @@ def evaluate_model(model: TrainedModel, dataset: str, data_dir: Path | str, spli
     result["protocol"] = protocol(dataset, split, len(data))
     result["model"] = model.model_id
     return result
+
+
+class IndexGraphFeatures:
+    """The CNN `imgtxt index` runs for `model`, with the extractor interface feature_cache needs."""
+
+    def __init__(self, model, extractor):
+        self.graph = extractor
+        self.dim, self.resize_size = extractor.dim, extractor.resize_size
+        self.layer_names, self.layer_dims = [], []   # (inside the graph: only its total width is known)
+        self.baseline_slice = list(model.features["baseline_slice"])
+
+    def __call__(self, squares: np.ndarray) -> np.ndarray:
+        return self.graph.raw_features(squares)
+
+
+def index_features(model: TrainedModel, data, quiet: bool = False) -> np.ndarray | None:
+    """Raw features of a split through the model's exported graph as `imgtxt index` runs it (cached under their
+    own key: "index-<runtime>-<precision>"), or None where no graph runs (then torch computes them)."""
+    from imgtxt.model.cnn_runtime import onnx_embedder
+
+    from .feature_cache import FeatureSpec, cached_features, compute_features
+
+    embedder = onnx_embedder(model, notice=None if quiet else _say)
+    if embedder is None:
+        return None
+    graph, f = embedder.extractor, model.features
+    if not quiet:
+        _say(f"imgtxt: {data.dataset} {data.name} photos through the CNN on {graph.device_line}")
+    spec = FeatureSpec(f["backbone_id"], f["layer_set"], f["crops"], graph.precision, f"index-{graph.backend}")
+    raw = cached_features(data.dataset, data, spec)
+    if raw is None:
+        raw = compute_features(data.dataset, data, IndexGraphFeatures(model, graph), spec, quiet=quiet)
+    return raw
+
+
+def _say(message: str) -> None:
+    import sys
+
+    print(message, file=sys.stderr, flush=True)
 
 
 def search_and_caption_scores(model: TrainedModel, images: np.ndarray, texts: list[str], captions: np.ndarray,

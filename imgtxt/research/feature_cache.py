@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 CACHE_ENV = "IMGTXT_CACHE_DIR"
+PIPED_EVERY = 30.0   # seconds between progress lines where stderr is not a terminal (a pipe, a log file)
 
 
 def cache_root() -> Path:
@@ -91,8 +92,10 @@ def compute_features(dataset: str, split, extractor, spec: FeatureSpec, root: Pa
         os.replace(tmp, meta_path)
 
     if done < n:
-        bar = tqdm(total=n, initial=done, unit="img", desc=f"{dataset} {split.name} features",
-                   disable=quiet or None, file=sys.stderr)
+        what = f"{dataset} {split.name} features"
+        bar = tqdm(total=n, initial=done, unit="img", desc=what, disable=quiet or None, file=sys.stderr)
+        # tqdm shows nothing where stderr is not a terminal: a line every PIPED_EVERY seconds there instead
+        lines = None if quiet or sys.stderr.isatty() else PipedProgress(what, n, done)
         batch, position = [], done
         for path, image in iter_squares(split.image_paths[done:], extractor.resize_size):
             if isinstance(image, ImageError):
@@ -103,6 +106,8 @@ def compute_features(dataset: str, split, extractor, spec: FeatureSpec, root: Pa
                 position += len(batch)
                 save_progress(position)
                 bar.update(len(batch))
+                if lines is not None:
+                    lines.update(position)
                 batch = []
         bar.close()
     save_progress(n)
@@ -111,3 +116,30 @@ def compute_features(dataset: str, split, extractor, spec: FeatureSpec, root: Pa
 
 def feature_meta(dataset: str, spec: FeatureSpec, split_name: str, root: Path | None = None) -> dict:
     return json.loads(((root or cache_root()) / dataset / spec.key / f"{split_name}.json").read_text())
+
+
+class PipedProgress:
+    """`imgtxt: WHAT: 320/1000 photos (32%) in 2 min, about 4 min left` on stderr every PIPED_EVERY seconds, and
+    at the end."""
+
+    def __init__(self, what: str, total: int, done: int = 0):
+        import time
+
+        self.what, self.total, self.first = what, total, done
+        self.started = self.last = time.monotonic()
+
+    def update(self, done: int) -> None:
+        import time
+
+        now = time.monotonic()
+        if now - self.last < PIPED_EVERY and done < self.total:
+            return
+        self.last, spent = now, now - self.started
+
+        def minutes(seconds: float) -> str:
+            return f"{seconds / 60:.0f} min" if seconds >= 120 else f"{seconds:.0f} s"
+        rate = (done - self.first) / spent if spent > 0 else 0
+        left = f", about {minutes((self.total - done) / rate)} left" if rate > 0 and done < self.total else ""
+        sys.stderr.write(f"imgtxt: {self.what}: {done}/{self.total} photos ({100 * done // max(self.total, 1)}%) "
+                         f"in {minutes(spent)}{left}\n")
+        sys.stderr.flush()

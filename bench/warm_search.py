@@ -1,0 +1,154 @@
+"""Warm queries through `imgtxt.Library` (one process, one thread) beside a cold `imgtxt search`, at 1k and 100k photos.
+
+    .venv/bin/python bench/warm_search.py [--sizes 1000,100000] [--queries 200] [--cold-runs 10]
+    .venv/bin/python bench/warm_search.py --before main      # the same loops with the code of git revision main
+    .venv/bin/python bench/warm_search.py --keep "$TMPDIR/warm"   # build the indexes once, rerun on the same files
+
+For each size: a synthetic index (random unit vectors in the model's space, written with the library's own Store and
+vector builder, as bench/search_latency.py does), then in fresh interpreters, each variant (this checkout, and
+--before REV extracted with `git archive`) in alternating order:
+  - warm, new text: one Library, one search first (model and index loaded), then --queries distinct sentences, each
+    searched once (the query vector cache never hits): wall-clock and CPU milliseconds per query, p50 and p90;
+  - warm, repeated text: the same Library searching the first 10 of those sentences again, round after round;
+  - the text encoder alone on the new sentences (the model's numpy encoder, uncached): the floor of a new query;
+  - cold: `imgtxt search` as a new process, median of --cold-runs, and a cold `python -c 'import numpy'` beside it.
+Wall time is what a user waits for; CPU time (all of the process's threads: BLAS threads that spin count) says the
+same with less of the machine's load in it (other programs on a busy machine take the cores, not this
+process's CPU seconds).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from index_speed import REPO, pick_model  # noqa: E402
+from search_latency import RUN_CLI, checkout, fake_index, timed  # noqa: E402
+
+SUBJECTS = ["a dog", "two children", "a man in a red shirt", "a woman", "a black cat", "a group of people",
+            "a little girl", "a brown horse", "an old car", "a surfer"]
+ACTIONS = ["running on", "sitting on", "playing in", "walking along", "jumping over", "standing near",
+           "riding through", "lying on", "looking at", "climbing"]
+PLACES = ["the beach", "a snowy field", "the grass", "a busy street", "a wooden bench", "the water",
+          "a rocky hill", "the park", "a red wall", "the sand"]
+
+
+def sentences(count: int) -> list[str]:
+    """`count` distinct short queries, the length of what people type (5-9 words)."""
+    out = [f"{s} {a} {p}" for p in PLACES for a in ACTIONS for s in SUBJECTS]
+    return out[:: max(1, len(out) // count)][:count]
+
+
+# Runs in a fresh interpreter with the code under test first on the path; prints one JSON line.
+WARM = """
+import json, os, sys, time
+if os.environ.get("IMGTXT_BENCH_CODE"):
+    sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in repr(f).lower()]
+    sys.path.insert(0, os.environ["IMGTXT_BENCH_CODE"])
+from imgtxt import Library
+index_dir, queries = sys.argv[1], json.loads(sys.argv[2])
+lib = Library(index_dir)
+lib.search("a photo")
+def timed(texts):
+    wall, cpu = [], []
+    for text in texts:
+        w, c = time.perf_counter(), time.process_time()
+        assert len(lib.search(text)) == 10
+        wall.append(time.perf_counter() - w)
+        cpu.append(time.process_time() - c)
+    return wall, cpu
+new = timed(queries)
+repeated = timed(queries[:10] * 10)
+model = lib.model
+encode = getattr(model, "_encode_query", None) or model.encode_query
+enc = []
+for text in queries:
+    c = time.process_time()
+    encode([text])
+    enc.append(time.process_time() - c)
+print(json.dumps({"new": new, "repeated": repeated, "encoder_cpu": enc}))
+"""
+
+
+def pct(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(q * (len(values) - 1))))] * 1e3
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="1000,100000")
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--cold-runs", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=2, help="warm runs per variant, alternating")
+    parser.add_argument("--model", default=None)
+    parser.add_argument("--before", default=None, help="git revision to compare with (e.g. main)")
+    parser.add_argument("--keep", type=Path, default=None, help="build the indexes here and reuse them")
+    args = parser.parse_args()
+
+    from imgtxt.model.modelfile import TrainedModel
+
+    queries = sentences(args.queries)
+    print(f"load average before: {os.getloadavg()[0]:.2f}; {os.cpu_count()} CPU cores")
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        model = TrainedModel.load(pick_model(args.model, tmp))
+        variants = [("this checkout", {**os.environ, "IMGTXT_BENCH_CODE": str(REPO)})]
+        if args.before:
+            code = checkout(args.before, tmp / "before")
+            variants.append((args.before, {**os.environ, "IMGTXT_BENCH_CODE": str(code)}))
+        for n in (int(s) for s in args.sizes.split(",")):
+            index_dir = (args.keep or tmp) / f"index-{n}"
+            if not (index_dir / "index.db").is_file():
+                fake_index(index_dir, model, n)
+            results: dict[str, dict[str, list[float]]] = {}
+            for _ in range(args.rounds):
+                for name, env in variants:
+                    out = subprocess.run([sys.executable, "-c", WARM, str(index_dir), json.dumps(queries)],
+                                         check=True, capture_output=True, text=True, env=env).stdout
+                    got = json.loads(out.splitlines()[-1])
+                    mine = results.setdefault(name, {})
+                    for key in ("new", "repeated"):
+                        for part, values in zip(("wall", "cpu"), got[key]):
+                            mine.setdefault(f"{key} {part}", []).extend(values)
+                    mine.setdefault("encoder cpu", []).extend(got["encoder_cpu"])
+            cold: dict[str, list[float]] = {"import numpy": []}
+            cli = [sys.executable, "-c", RUN_CLI, "search", queries[0], "--index", str(index_dir)]
+            for name, env in variants:
+                timed(cli, env)   # the OS file cache warm, as a second search finds it
+            for _ in range(args.cold_runs):
+                cold["import numpy"].append(timed([sys.executable, "-c", "import numpy"])[0])
+                for name, env in variants:
+                    cold.setdefault(name, []).append(timed(cli, env)[0])
+            base = statistics.median(cold["import numpy"])
+            print(f"{n:>7} photos: cold `python -c 'import numpy'` median {base * 1e3:.0f} ms")
+            for name, _ in variants:
+                r, c = results[name], statistics.median(cold[name])
+                print(f"{n:>7} photos, {name}: cold `imgtxt search` median {c * 1e3:.0f} ms ({c / base:.2f}x import "
+                      f"numpy, {args.cold_runs} runs)")
+                for key in ("new", "repeated"):
+                    w, u = r[f"{key} wall"], r[f"{key} cpu"]
+                    print(f"{n:>7} photos, {name}: warm Library.search, {key} text: p50 {pct(w, .5):.1f} ms, "
+                          f"p90 {pct(w, .9):.1f} ms wall; CPU p50 {pct(u, .5):.1f} ms, p90 {pct(u, .9):.1f} ms "
+                          f"({len(w)} queries)")
+                e = r["encoder cpu"]
+                print(f"{n:>7} photos, {name}: text encoder alone: CPU p50 {pct(e, .5):.1f} ms, p90 {pct(e, .9):.1f} ms")
+            if args.before:
+                mine, old = results["this checkout"], results[args.before]
+                for key in ("new wall", "new cpu", "repeated wall", "repeated cpu", "encoder cpu"):
+                    print(f"{n:>7} photos: {key} p50, this checkout / {args.before}: "
+                          f"{pct(mine[key], .5) / pct(old[key], .5):.2f}x")
+                print(f"{n:>7} photos: cold search median, this checkout / {args.before}: "
+                      f"{statistics.median(cold['this checkout']) / statistics.median(cold[args.before]):.2f}x")
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
