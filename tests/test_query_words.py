@@ -22,18 +22,23 @@ def test_typos_are_corrected_and_the_note_says_what_was_searched():
     assert read_query("A hrose in a feild!", known("a", "in"), lambda: bank).text == "A horse in a field!"
 
 
-def test_the_caption_bank_breaks_ties_between_equally_close_words():
-    # "dgo" is one edit from do, dog, ago, ego, go, ...: the dictionary alone picks "do" (by far the most used
-    # word); the bank, which is how people describe photos, picks "dog".
-    assert read_query("a dgo", known("a"), lambda: {}).text == "a do"
+def test_only_words_the_caption_bank_uses_are_offered_and_it_breaks_ties():
+    # "dgo" is one edit from do, dog, ago, ego, go, ...: by the dictionary's frequency alone "do" would win; only
+    # the bank's words count, the most used first.
+    assert read_query("a dgo", known("a"), lambda: {}).text == "a dgo"
     assert read_query("a dgo", known("a"), lambda: {"dog": 3}).text == "a dog"
-
-
-def test_two_edits_only_reach_words_the_caption_bank_uses():
-    # "quokka" has no English word one edit away; "quota" is two away, and not a word for describing photos.
+    assert read_query("a dgo", known("a"), lambda: {"dog": 3, "go": 5}).text == "a go"
+    # "quokka" has no English word one edit away; "quota" is two away, and offered only when the bank uses it
     reading = read_query("a quokka", known("a"), lambda: {})
     assert reading.text == "a quokka" and reading.note is None
     assert read_query("a quokka", known("a"), lambda: {"quota": 2}).text == "a quota"
+
+
+def test_names_and_the_bank_s_own_words_are_left_alone():
+    bank = {"port": 4, "cafe": 2, "cake": 9}
+    assert read_query("a boat in Porto", known("a", "boat", "in"), lambda: bank).text == "a boat in Porto"
+    assert read_query("a boat in porto", known("a", "boat", "in"), lambda: bank).text == "a boat in port"
+    assert read_query("a cafe", known("a"), lambda: bank).text == "a cafe"   # the bank's word, not "cake"
 
 
 def test_known_words_load_no_word_list(monkeypatch):

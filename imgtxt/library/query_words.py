@@ -4,11 +4,12 @@ The text encoders read English: "a dgo runing on teh grsas" or "un chien sur la 
 sentences and find unrelated photos without a word of explanation. Here:
   - a word the model's own vocabulary knows is left alone (the fast path: no word list is loaded, so a query
     of known words costs nothing more);
-  - a word that neither the model nor an English dictionary knows (pyspellchecker's word-frequency lists) is
-    replaced by its closest dictionary word: edit distance 1 (a transposition counts as one), else 2 when the
-    model's caption bank uses the word (two edits reach too many real words: "quokka" -> "quota"); among equally
-    close words the one the caption bank uses most wins ("dgo" -> "dog", not the more frequent "do": the bank is
-    how people describe photos), then the dictionary's frequency;
+  - a word that neither the model, the library's folder and place names, the caption bank nor an English
+    dictionary knows (pyspellchecker's word-frequency lists) is replaced by its closest dictionary word that the
+    model's caption bank uses (how people describe photos: edits alone reach "porno" from "porto", "quota" from
+    "quokka"): edit distance 1 (a transposition counts as one), else 2; among equally close words the one the
+    bank uses most wins ("dgo" -> "dog", not the more frequent "do"), then the dictionary's frequency. A
+    capitalised word after the first is a name, left alone;
   - a query whose words are mostly unknown in English but known in another language the word lists cover, or
     that has letters but none of the Latin alphabet, is searched as typed, with a hint that imgtxt reads English.
 What was searched is said on stderr ("searching for: a dog running on the grass").
@@ -31,9 +32,9 @@ class QueryReading:
     note: str | None = None   # one line for stderr: what was searched, or the English hint
 
 
-def read_model_query(model, text: str, notices: list[str]) -> str:
+def read_model_query(model, text: str, notices: list[str], also_known=None) -> str:
     """The query to search for `model`: read_query with the model's vocabulary and caption bank; its note goes
-    to `notices`."""
+    to `notices`. `also_known(word)`: words the library itself knows (its folder and place names)."""
     wordpiece = getattr(model.text, "ascii", None)   # MiniLM's WordPiece vocabulary (other kinds: none)
     vocab = wordpiece.vocab if wordpiece is not None else {}
 
@@ -42,7 +43,8 @@ def read_model_query(model, text: str, notices: list[str]) -> str:
 
         return Counter(w for line in model.caption_bank() for w in WORD.findall(line.lower()))
 
-    reading = read_query(text, vocab.__contains__, bank_words)
+    reading = read_query(text, (lambda w: w in vocab or also_known(w)) if also_known else vocab.__contains__,
+                         bank_words)
     if reading.note == ENGLISH_HINT and model.check_query(reading.text):   # the model knows none of its words
         from .query import QueryError
 
@@ -69,9 +71,11 @@ def read_query(text: str, known, bank_words=None) -> QueryReading:
         return QueryReading(text, ENGLISH_HINT)
     counts = bank_words() if bank_words is not None else {}
     pieces, last, changed = [], 0, False
-    for m in WORD.finditer(text):
+    for i, m in enumerate(WORD.finditer(text)):
         word = m.group().lower()
-        if word in unknown and not known(word):
+        if m.group()[0].isupper() and i > 0:   # a name (Porto, Sevilla): not a typo to correct
+            continue
+        if word in unknown and not known(word) and not counts.get(word):
             fixed = _correct(word, english, counts)
             if fixed and fixed != word:
                 pieces += [text[last:m.start()], fixed]
@@ -94,16 +98,16 @@ def _reads_foreign(words: list[str], english_known: int) -> bool:
 
 
 def _correct(word: str, english, counts) -> str | None:
-    """The closest English word (edit distance 1, else 2), ties broken by the caption bank's use, then by the
-    dictionary's frequency; None when nothing is close."""
+    """The closest English word the caption bank uses (edit distance 1, else 2), ties broken by the bank's use,
+    then by the dictionary's frequency; None when nothing is close."""
     if len(word) < 3 or not word.isalpha():   # "ok", initials, numbers with letters: leave them
         return None
-    close = english.known(english.edit_distance_1(word))
-    if close:
-        return max(sorted(close), key=lambda w: (counts.get(w, 0), english.word_usage_frequency(w)))
-    # Two edits reach many real words ("quokka" -> "quota"): only words people use to describe photos.
-    close = [w for w in english.known(english.edit_distance_2(word)) if counts.get(w, 0)]
-    return max(sorted(close), key=lambda w: (counts[w], english.word_usage_frequency(w))) if close else None
+    for edits in (english.edit_distance_1, english.edit_distance_2):
+        # only words people use to describe photos: one or two edits reach many others ("porto" -> "porno")
+        close = [w for w in english.known(edits(word)) if counts.get(w, 0)]
+        if close:
+            return max(sorted(close), key=lambda w: (counts[w], english.word_usage_frequency(w)))
+    return None
 
 
 @lru_cache(maxsize=None)
