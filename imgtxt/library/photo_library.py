@@ -62,6 +62,7 @@ class Library:
         self._model_choice = paths.chosen_model_dir(model)
         self._models: dict[str, TrainedModel] = {}
         self.notices: list[str] = []   # one-line warnings of the last query (e.g. a damaged vector file)
+        self.reading: str | None = None  # how the last search was read: "searching for: beach · taken in 2019"
 
     # ------------------------------------------------------------------ the model
     def _model(self, folder: Path | None) -> TrainedModel:
@@ -198,14 +199,15 @@ class Library:
 
     # ------------------------------------------------------------------ queries
     @_database_errors
-    def search(self, text: str, n: int = 10, min_score: float | str | None = None,
-               all_copies: bool = False) -> list[PhotoMatch]:
+    def search(self, text: str, n: int = 10, min_score: float | str | None = None, all_copies: bool = False,
+               after=None, before=None, folder=None, near=None, like=None) -> list[PhotoMatch]:
         """Photos that match a sentence, best first. `min_score`: a score, or a level name (strong, possible,
-        weak) of a calibrated model; each match carries its confidence and level when the model is calibrated."""
+        weak) of a calibrated model; each match carries its confidence and level when the model is calibrated.
+        `after`, `before`, `folder`, `near`, `like`: remembered_search.py (`self.reading`: how it was read)."""
         from imgtxt.model.calibration import LEVELS
 
-        from .query import min_score_of, rate, search
-
+        from .query import min_score_of, rate
+        from .remembered_search import ranker
         text, n = check.text(text), check.integer(n, "n")
         min_score = check.score_or_level(min_score, "min_score", LEVELS)
         all_copies = check.flag(all_copies, "all_copies")
@@ -214,8 +216,9 @@ class Library:
         try:
             model = self._query_model(index)
             score, confidence = min_score_of(model, min_score)
-            return rate(model, _distinct(index, model, lambda want: search(index, model, text, want, score), n,
-                                         all_copies), confidence)
+            ranked = ranker(index, model, text, score, after, before, folder, near, like)
+            self.reading, matches = ranked.line(), _distinct(index, model, ranked, n, all_copies)
+            return rate(model, matches, confidence) if ranked.visual else matches
         finally:
             _close(index, self)
 
@@ -333,7 +336,6 @@ def _close(index, library: "Library | None" = None) -> None:
         if library is not None:
             library.notices.extend(index.notices)
         index.conn.close()
-
 
 
 def _distinct(index, model, ranked, n: int, all_copies: bool) -> list[PhotoMatch]:
