@@ -9,7 +9,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from conftest import write_photo
+from conftest import copy_examples, write_photo
 
 piexif = pytest.importorskip("piexif", reason="piexif writes the test photos' EXIF (the test extra)")
 
@@ -195,3 +195,46 @@ def test_cli_notes_json_and_one_line_errors(album, library):
                           ([], "give what the photo shows")):
         result = library.run("search", *args, ok=False)
         assert result.exit_code == 1 and result.stderr.count("\n") == 1 and message in result.stderr, result.stderr
+
+
+def test_duplicates_groups_exact_copies_and_resized_or_reencoded_ones(tmp_path, library):
+    import shutil
+
+    from PIL import Image
+
+    from imgtxt import Library
+
+    root = tmp_path / "dups"
+    photos = {p.stem: p for p in copy_examples(root / "trip")}   # real photos: the tiny model tells them apart
+    first = photos["coffee"]
+    with Image.open(first) as image:
+        image.resize((image.width * 2 // 3, image.height * 2 // 3)).save(root / "trip" / "coffee_small.jpg",
+                                                                        quality=70)   # resized, re-encoded
+        image.save(root / "trip" / "coffee_q40.jpg", quality=40)                        # re-encoded
+        small_size = (image.width * 2 // 3, image.height * 2 // 3)
+    (root / "backup").mkdir()
+    shutil.copy2(first, root / "backup" / "coffee.jpg")
+    exact = write_photo(root / "others" / "dup_a.png", 30)
+    shutil.copy2(exact, root / "others" / "dup_b.png")
+    lib = Library(library.index, model=library.model)
+    lib.index([root])
+    before = sorted(p.name for p in root.rglob("*"))
+    groups = lib.duplicates(0.85)   # the tiny model's copies: 0.93-0.96; its distinct photos: at most 0.78
+    assert [(g.kind, sorted(Path(p.path).name for p in g.photos)) for g in groups] == [
+        ("near", ["coffee.jpg", "coffee.jpg", "coffee_q40.jpg", "coffee_small.jpg"]),
+        ("exact", ["dup_a.png", "dup_b.png"])]
+    small = next(p for p in groups[0].photos if p.path.endswith("small.jpg"))
+    assert (small.width, small.height) == small_size
+    assert small.size == (root / "trip" / "coffee_small.jpg").stat().st_size
+    assert small.taken and small.taken_from == "mtime"
+    assert 0.85 <= groups[0].similarity < 1.0 and groups[1].similarity == 1.0
+    assert [g.kind for g in lib.duplicates(1.0)] == ["exact", "exact"]        # only identical files
+    result = library.run("duplicates", "--json")
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert rows and rows[0]["group"] == 1 and set(rows[0]["photos"][0]) >= {"path", "size", "width", "height", "taken"}
+    assert "nothing was changed" in result.stderr
+    result = library.run("duplicates", "--threshold", "1")
+    assert [line.split("\t")[:2] for line in result.stdout.splitlines()] == [["1", "exact"]] * 2 + [["2", "exact"]] * 2
+    assert result.stdout.splitlines()[0].split("\t")[-1] == str(root / "backup" / "coffee.jpg")
+    assert sorted(p.name for p in root.rglob("*")) == before                    # never deletes or moves
+    assert library.run("duplicates", "--threshold", "0", ok=False).exit_code == 2

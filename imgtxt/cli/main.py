@@ -343,6 +343,28 @@ def serve(index_dir, model, port, host, allow_host):
 
 
 @command()
+@click.option("--threshold", type=click.FloatRange(0, 1, min_open=True), default=None, metavar="COSINE",
+              help="How alike two photos' vectors must be to count as near duplicates (default: the shipped "
+                   "model's, chosen on a dev set; higher: fewer, surer groups).")
+@index_opt
+@query_model_opt
+@json_opt
+def duplicates(threshold, index_dir, model, as_json):
+    """Groups of identical files and near duplicates (resized, re-encoded, burst shots), largest first.
+
+    Lists them only: nothing is deleted or moved.
+    """
+    from .output import print_duplicates
+
+    groups = _library(index_dir, model).duplicates(threshold)
+    print_duplicates(groups, as_json)
+    files = sum(len(g.photos) for g in groups)
+    _say(f"imgtxt: {len(groups)} groups of duplicates ({sum(g.kind == 'exact' for g in groups)} exact, "
+         f"{sum(g.kind == 'near' for g in groups)} near) holding {files} files; nothing was changed"
+         if groups else "imgtxt: no duplicates found")
+
+
+@command()
 @click.argument("path", type=PathText)
 @index_opt
 def forget(path, index_dir):

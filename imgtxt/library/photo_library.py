@@ -22,27 +22,12 @@ from imgtxt.errors import ImgtxtError, Interrupted
 from imgtxt.model.modelfile import ModelError, TrainedModel
 
 from . import arguments as check
+from .database_errors import database_errors as _database_errors
+from .library_extras import LibraryExtras
 from .photo_paths import path_key
 from .query import QueryError
 from .results import CaptionMatch, Folder, PhotoMatch, PhotoRecord, Status, row_id_of
 from .store import StoreError
-
-
-def _database_errors(method):
-    """An SQLite error anywhere below becomes one StoreError line that names the recovery (busy, cannot write,
-    or damaged: `imgtxt index --rebuild`)."""
-    import functools
-    import sqlite3
-
-    @functools.wraps(method)
-    def wrapper(self, *args, **kwargs):
-        from .store import DB_NAME, classify
-
-        try:
-            return method(self, *args, **kwargs)
-        except sqlite3.DatabaseError as e:
-            raise classify(e, self.index_dir / DB_NAME) from None
-    return wrapper
 
 
 def load_model(folder: Path | str | None) -> TrainedModel:
@@ -52,7 +37,7 @@ def load_model(folder: Path | str | None) -> TrainedModel:
         raise ModelError(f"unusable model: {e}") from None
 
 
-class Library:
+class Library(LibraryExtras):
     """One photo index. `model`: a model folder (default: $IMGTXT_MODEL, else for queries the model the
     index was built with, else the model shipped with imgtxt)."""
 
