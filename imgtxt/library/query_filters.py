@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
 from datetime import date, datetime
 
 from imgtxt.errors import ImgtxtError
@@ -67,15 +66,17 @@ def period(text: str, option: str) -> tuple[date, date]:
     return start, start + timedelta(days=1)
 
 
-@dataclass
 class Filters:
-    after: date | None = None        # taken on or after
-    before: date | None = None       # taken before (the day after --before's period)
-    years: set[int] = field(default_factory=set)
-    months: set[int] = field(default_factory=set)
-    folder: str | None = None        # a path key: photos under it
-    near: set[int] | None = None     # photo ids near --near's place
-    notes: list[str] = field(default_factory=list)   # how the query and options were read, for the user
+    """(A plain class, not a dataclass: every search imports this module, and a dataclass costs ~1 ms to make.)"""
+
+    def __init__(self):
+        self.after: date | None = None        # taken on or after
+        self.before: date | None = None       # taken before (the day after --before's period)
+        self.years: set[int] = set()
+        self.months: set[int] = set()
+        self.folder: str | None = None        # a path key: photos under it
+        self.near: set[int] | None = None     # photo ids near --near's place
+        self.notes: list[str] = []            # how the query and options were read, for the user
 
     def restricts(self) -> bool:
         return bool(self.after or self.before or self.years or self.months or self.folder or self.near is not None)

@@ -5,22 +5,20 @@ distinct photos; a search with none of these is the plain vector search, plus on
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
 
 from . import blended_search, query_filters
-from .vector_index import dot_scorer
 from .query import Hit, QueryError, check_photo, photo_vector, rank, same_photo, search, text_scorer
+from .vector_index import dot_scorer
 
 LIKE_WEIGHT = 0.5   # --like PHOTO TEXT: the photo's cosine and the text's score, half each
 
 
-@dataclass
 class Ranker:
-    ranked: object                 # want -> list[Hit]
-    visual: bool = True            # False: no model score (listed by date), so no confidence either
-    reading: list[str] = field(default_factory=list)   # how the search was read, for the user
+    def __init__(self, ranked, visual: bool = True, reading: list[str] | None = None):
+        self.ranked = ranked          # want -> list[Hit]
+        self.visual = visual          # False: no model score (listed by date), so no confidence either
+        self.reading = reading or []  # how the search was read, for the user
 
     def __call__(self, want: int) -> list[Hit]:
         return self.ranked(want)
@@ -32,6 +30,11 @@ class Ranker:
 
 def ranker(index, model, text: str, min_score, after=None, before=None, folder=None, near=None,
            like=None) -> Ranker:
+    from . import arguments as check
+
+    for name, value in (("after", after), ("before", before), ("near", near)):
+        check.optional_text(value, name)
+    folder, like = check.optional_path(folder, "folder"), check.optional_path(like, "like")
     conn = index.conn
     filters = query_filters.options(after, before, folder, near, conn)
     words = query_filters.read_query(text, filters) if text.strip() else ""
