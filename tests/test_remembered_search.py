@@ -129,8 +129,9 @@ def test_folder_words_blend_with_the_visual_score_and_in_restricts(album, tmp_pa
     lib.index([root])
     ranked = lib.search("a dog germany", n=5)
     assert paths(ranked[:2]) == {"IMG_0001.jpg", "IMG_0002.jpg"} and len(ranked) == 5   # first, nothing excluded
-    assert "folder, file or place names with: germany" in lib.reading
+    assert lib.reading is None                        # read as typed: the words only rank, no note
     assert paths(lib.search("germany")) == {"IMG_0001.jpg", "IMG_0002.jpg"}   # words only the folders know
+    assert lib.reading == "searching for: germany · folder, file or place names with: germany"
     assert paths(lib.search("a dog", folder=root / "misc")) == {"scan.jpg", "beach.jpg"}
     assert paths(lib.search("a dog", folder=root / "misc" / "beach.jpg")) == {"beach.jpg"}
     assert lib.search("a dog", folder=root / "nowhere") == []
@@ -238,3 +239,18 @@ def test_duplicates_groups_exact_copies_and_resized_or_reencoded_ones(tmp_path, 
     assert result.stdout.splitlines()[0].split("\t")[-1] == str(root / "backup" / "coffee.jpg")
     assert sorted(p.name for p in root.rglob("*")) == before                    # never deletes or moves
     assert library.run("duplicates", "--threshold", "0", ok=False).exit_code == 2
+
+
+def test_confidence_comes_from_the_model_score_without_the_folder_bonus():
+    from types import SimpleNamespace
+
+    from imgtxt.library.remembered_search import Ranker
+    from imgtxt.library.results import PhotoMatch
+
+    calibration = SimpleNamespace(confidence=lambda score: score, level=lambda c: "strong" if c >= 0.5 else "weak")
+    model = SimpleNamespace(calibration=calibration)
+    matches = [PhotoMatch(1, 0.7, "/a/germany/1.jpg", 1), PhotoMatch(2, 0.6, "/a/2.jpg", 2)]
+    rated = Ranker(None, bonus={1: 0.25}).rate(model, matches)
+    assert [(m.score, m.confidence, m.level) for m in rated] == [(0.7, pytest.approx(0.45), "weak"),
+                                                                 (0.6, 0.6, "strong")]
+    assert Ranker(None, visual=False).rate(model, matches)[0].level == "weak"   # left as it was: not rated again

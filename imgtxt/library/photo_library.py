@@ -191,7 +191,7 @@ class Library(LibraryExtras):
         `after`, `before`, `folder`, `near`, `like`: remembered_search.py (`self.reading`: how it was read)."""
         from imgtxt.model.calibration import LEVELS
 
-        from .query import min_score_of, rate
+        from .query import min_score_of
         from .remembered_search import ranker
         text, n = check.text(text), check.integer(n, "n")
         min_score = check.score_or_level(min_score, "min_score", LEVELS)
@@ -203,7 +203,7 @@ class Library(LibraryExtras):
             score, confidence = min_score_of(model, min_score)
             ranked = ranker(index, model, text, score, after, before, folder, near, like)
             self.reading, matches = ranked.line(), _distinct(index, model, ranked, n, all_copies)
-            return rate(model, matches, confidence) if ranked.visual else matches
+            return ranked.rate(model, matches, confidence)
         finally:
             _close(index, self)
 

@@ -15,13 +15,27 @@ LIKE_WEIGHT = 0.5   # --like PHOTO TEXT: the photo's cosine and the text's score
 
 
 class Ranker:
-    def __init__(self, ranked, visual: bool = True, reading: list[str] | None = None):
+    def __init__(self, ranked, visual: bool = True, reading: list[str] | None = None, bonus: dict | None = None):
         self.ranked = ranked          # want -> list[Hit]
         self.visual = visual          # False: no model score (listed by date), so no confidence either
-        self.reading = reading or []  # how the search was read, for the user
+        self.reading = reading or []  # how the search was read, for the user (empty: as typed)
+        self.bonus = bonus or {}      # photo id -> what its folder, name or place words added to its score
 
     def __call__(self, want: int) -> list[Hit]:
         return self.ranked(want)
+
+    def rate(self, model, matches: list, min_confidence: float | None = None) -> list:
+        """Confidence from the model's score alone: the calibration knows nothing of folder words."""
+        from .query import rate
+
+        if not self.visual:
+            return matches
+        for m in matches:
+            m.score -= self.bonus.get(m.id, 0.0)
+        rated = rate(model, matches, min_confidence)
+        for m in matches:
+            m.score += self.bonus.get(m.id, 0.0)
+        return rated
 
     def line(self) -> str | None:
         """"searching for: beach · taken in 2019", or None for a plain search."""
@@ -43,8 +57,10 @@ def ranker(index, model, text: str, min_score, after=None, before=None, folder=N
     if like is not None:
         reading[0] += f" like {like}"
     reading += filters.notes
+    if words == text and not filters.restricts() and like is None:
+        reading = []   # read as typed: no note (words found in folder names only rank, as the table shows)
     if not filters.restricts() and not bonus and like is None:
-        return Ranker(lambda want: search(index, model, words, want, min_score))
+        return Ranker(lambda want: search(index, model, words, want, min_score), reading=reading)
     allowed = filters.allowed_ids(conn, model.model_id)
 
     def narrow(vectors):
@@ -54,7 +70,7 @@ def ranker(index, model, text: str, min_score, after=None, before=None, folder=N
         query, score, exclude = like_scorer(index, model, like, words)
         vectors = index.vectors(model)
         return Ranker(lambda want: rank(index, model, narrow(vectors), query, want, score, min_score, exclude),
-                      reading=reading)
+                      reading=reading, bonus=bonus)
     if words.strip():
         try:
             text_scorer(model, words)
@@ -62,8 +78,9 @@ def ranker(index, model, text: str, min_score, after=None, before=None, folder=N
             if not bonus:
                 raise
             words = ""   # words only the folders and places know: those photos, newest first
+            reading = reading or [f"searching for: {text}", *filters.notes]
     if words.strip():
-        return Ranker(lambda want: search(index, model, words, want, min_score, narrow), reading=reading)
+        return Ranker(lambda want: search(index, model, words, want, min_score, narrow), reading=reading, bonus=bonus)
     index.vectors(model)   # the same refusals as any search (no run yet, another model, empty)
     return Ranker(lambda want: by_time(index, model, allowed, bonus, want), visual=False, reading=reading)
 
