@@ -57,7 +57,7 @@ def paths(matches) -> set[str]:
 
 
 def test_facts_come_from_exif_or_the_mtime_and_an_old_index_gains_them_without_reembedding(album, tmp_path,
-                                                                                           tiny_model_dir):
+                                                                                           tiny_model_dir, monkeypatch):
     from imgtxt import Library
 
     root, photos = album
@@ -86,9 +86,17 @@ def test_facts_come_from_exif_or_the_mtime_and_an_old_index_gains_them_without_r
                                         [str(photos["lisbon"])])}
     assert {"pictures", "portugal", "dinner", "with", "friends", "lisbon"} <= words   # folder, camelCase, place
     conn.close()
-    # A second run reads no header again (the facts are of the same file); a changed file is read again.
+    # A rerun reads no header again (the facts are of the same file); a changed file is read again.
+    import imgtxt.library.photo_facts as photo_facts
+
+    read = []
+    real_read = photo_facts.read_facts
+    monkeypatch.setattr(photo_facts, "read_facts", lambda path, mtime_ns: read.append(path) or real_read(path, mtime_ns))
+    lib.index([root])
+    assert read == []
     exif_photo(photos["beach"], 5, "2017:08:01 10:00:00")
     lib.index([root])
+    assert read == [str(photos["beach"])]
     conn = sqlite3.connect(db)
     assert conn.execute("SELECT taken FROM photo_facts f JOIN photos p USING (id) WHERE p.path = ?",
                         [str(photos["beach"])]).fetchone()[0] == "2017-08-01T10:00:00"

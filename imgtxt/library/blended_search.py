@@ -63,7 +63,8 @@ class Blended:
             if whole:
                 keep = np.isin(ids, np.fromiter(self.allowed, np.int64, len(self.allowed)))
                 ids, scores = ids[keep], scores[keep]
-            missing = [i for i in self.bonus if i not in set(ids.tolist())]
+            ranked = set(ids.tolist())
+            missing = [i for i in self.bonus if i not in ranked]
             if missing:
                 more_ids, more_scores = score_rows(self.conn, missing, self.model_id, self.dim, score_fn)
                 ids, scores = np.concatenate([ids, more_ids]), np.concatenate([scores, more_scores])

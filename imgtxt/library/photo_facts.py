@@ -125,14 +125,18 @@ def update(store, roots: list[str], notice=None, batch: int = 500) -> int:
         "SELECT p.id, p.path, p.path_bytes, p.size, p.mtime_ns FROM photos p LEFT JOIN photo_facts f ON f.id = p.id "
         "WHERE f.id IS NULL OR f.path != p.path OR f.size != p.size OR f.mtime_ns != p.mtime_ns").fetchall()
     stale = [row for row in stale if is_under(row[1], roots)]
+    if len(stale) >= 1000 and notice is not None:   # an index from before these facts: a while, once
+        notice(f"imgtxt: reading the dates, places and folder words of {len(stale)} photos (once)")
     namer = places.Namer(notice)
     from .index_meta import meta_folders
 
     known_roots = sorted(set(meta_folders(store.meta())) | set(roots))
+    from imgtxt.model.images import in_order
+
     for start in range(0, len(stale), batch):
-        rows = []
-        for photo_id, key, raw, size, mtime_ns in stale[start:start + batch]:
-            facts = read_facts(real_path(key, raw), mtime_ns)
+        rows = []   # headers read by two threads (file reads release the GIL), in order
+        for (photo_id, key, raw, size, mtime_ns), facts in in_order(
+                lambda row: read_facts(real_path(row[1], row[2]), row[4]), stale[start:start + batch], 2):
             place = namer.name(facts.latitude, facts.longitude)
             words = set(path_words(key, known_roots)) | set(places.words(place))
             rows.append((photo_id, key, size, mtime_ns, facts, place, words))
