@@ -262,3 +262,28 @@ def test_confidence_comes_from_the_model_score_without_the_folder_bonus():
     assert [(m.score, m.confidence, m.level) for m in rated] == [(0.7, pytest.approx(0.45), "weak"),
                                                                  (0.6, 0.6, "strong")]
     assert Ranker(None, visual=False).rate(model, matches)[0].level == "weak"   # left as it was: not rated again
+
+
+@pytest.mark.parametrize("name, words", [
+    ("2019 Germany trip", ["germany", "trip"]), ("dinnerWithFriends", ["dinner", "with", "friends"]),
+    ("IMG_0412", ["img"]), ("trip2019germany", ["trip", "germany"]), ("São Paulo", ["sao", "paulo"]),
+    ("HTMLParser2", ["html", "parser"]),
+    ("1000268201_693b08cb0e", []), ("a5bed3f", []),   # hashes: their letters ("bed") are no words
+])
+def test_name_words(name, words):
+    from imgtxt.library.name_words import words_of
+
+    assert words_of(name) == words
+
+
+def test_query_dates_are_read_only_where_they_stand_as_dates():
+    from imgtxt.library.query_filters import Filters, read_query
+
+    cases = {"beach 2019": ("beach", {2019}, set()), "snow in december": ("snow", set(), {12}),
+             "a dog may run": ("a dog may run", set(), set()), "flowers in may": ("flowers", set(), {5}),
+             "a protest march": ("a protest march", set(), set()), "march 2020 parade": ("parade", {2020}, {3}),
+             "winter 2018": ("", {2018}, {12, 1, 2}), "a 2 dogs": ("a 2 dogs", set(), set()),
+             "a fall from a bike": ("a fall from a bike", set(), set())}
+    for text, (left, years, months) in cases.items():
+        filters = Filters()
+        assert (read_query(text, filters), filters.years, filters.months) == (left, years, months), text
