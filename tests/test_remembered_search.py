@@ -287,3 +287,22 @@ def test_query_dates_are_read_only_where_they_stand_as_dates():
     for text, (left, years, months) in cases.items():
         filters = Filters()
         assert (read_query(text, filters), filters.years, filters.months) == (left, years, months), text
+
+
+def test_without_the_places_extra_positions_are_kept_and_named_later(album, tmp_path, tiny_model_dir, monkeypatch):
+    pytest.importorskip("reverse_geocode", reason="naming them later needs the places extra")
+    import sys
+
+    from imgtxt import ImgtxtError, Library
+
+    root, _ = album
+    lib = Library(tmp_path / "index", model=tiny_model_dir)
+    monkeypatch.setitem(sys.modules, "reverse_geocode", None)   # not installed: `import` raises ImportError
+    notices = []
+    lib.index([root], notice=notices.append)
+    assert any("stored unnamed" in n and "places" in n for n in notices)
+    with pytest.raises(ImgtxtError, match="unknown place: 'Lisbon'.*places"):
+        lib.search("a dog", near="Lisbon")
+    monkeypatch.delitem(sys.modules, "reverse_geocode")
+    lib.index([root])                                            # the extra is there now: named, nothing re-read
+    assert paths(lib.search("a dog", near="Lisbon")) == {"dinnerWithFriends.jpg"}

@@ -113,7 +113,10 @@ def near_ids(conn, place: str) -> tuple[set[int], str]:
                                    for loc in getattr(data, "_locations", [])):
             raise PlaceError(f"unknown place: {place!r} (no photo was taken there and GeoNames has no such place)")
     elif not named:
-        raise PlaceError(f"unknown place: {place!r} (no photo's place has that name)")
+        from imgtxt.errors import install_hint
+
+        raise PlaceError(f"unknown place: {place!r} (no photo's place has that name; to name the places of photos' "
+                         f"GPS positions, {install_hint('places')} and run `imgtxt index` again)")
     if centre is not None:
         for photo_id, lat, lon in conn.execute("SELECT id, latitude, longitude FROM photo_facts "
                                                "WHERE latitude IS NOT NULL"):
