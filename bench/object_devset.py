@@ -5,7 +5,8 @@
 
 The 20 photos are sample images shipped inside PyPI packages (scikit-image, scikit-learn, matplotlib,
 PyWavelets, imgaug, ultralytics, imagecorruptions), each with its licence recorded in PHOTOS and in the
-MANIFEST.tsv written beside the copies; none comes from Flickr8k. They are copied unchanged into `--photos`
+MANIFEST.tsv written beside the copies; none comes from Flickr8k. They are copied unchanged, under names that do
+not say what they show (devset-NN: searches also rank by file-name words), into `--photos`
 (default: WORK/photos/objects), mixed with Flickr8k's 1,000 val images (linked, read in place) as distractors,
 and indexed through `imgtxt.Library` as a user's folder would be. Each query is searched with `Library.search`
 over the whole gallery; its rank is that of its first right photo. R@K: the share of queries with a right photo
@@ -197,6 +198,20 @@ def distribution_version(package: str) -> str:
     return package
 
 
+def neutral_name(photo: Photo, suffix: str) -> str:
+    """A file name that does not say what the photo shows: `imgtxt search` also ranks by the words of file names,
+    and "coffee.png" would answer "a cup of coffee" by its name, not by the model."""
+    return f"devset-{PHOTOS.index(photo):02}{suffix}"
+
+
+def photo_stem(file_name: str) -> str:
+    """The dev-set photo's own stem ("coffee") of a copied file ("devset-05.png")."""
+    stem = Path(file_name).stem
+    if stem.startswith("devset-") and stem[7:].isdigit() and int(stem[7:]) < len(PHOTOS):
+        return Path(PHOTOS[int(stem[7:])].name).stem
+    return stem
+
+
 def copy_photos(folder: Path) -> list[Path]:
     """Copy the dev photos into `folder` (unchanged, except a NumPy array stored as PNG) beside MANIFEST.tsv."""
     from PIL import Image
@@ -206,12 +221,12 @@ def copy_photos(folder: Path) -> list[Path]:
     for photo in PHOTOS:
         source = package_file(photo)
         if source.suffix == ".npz":  # PyWavelets stores its photos as arrays
-            target = folder / (Path(photo.name).stem + ".png")
+            target = folder / neutral_name(photo, ".png")
             if not target.exists():
                 with np.load(source) as arrays:
                     Image.fromarray(arrays[arrays.files[0]]).save(target)
         else:
-            target = folder / photo.name
+            target = folder / neutral_name(photo, Path(photo.name).suffix)
             if not target.exists():
                 shutil.copyfile(source, target)
         copies.append(target)
@@ -252,7 +267,7 @@ def measure(model_dir: Path, work: Path, photos: Path, distractors: Path, worker
     def ranks_of(queries):
         ranks = []
         for query, right in queries:
-            ranked = [Path(m.path).stem if Path(m.path).resolve().parent == photo_dir else Path(m.path).name
+            ranked = [photo_stem(m.path) if Path(m.path).resolve().parent == photo_dir else Path(m.path).name
                       for m in lib.search(query, n=gallery)]
             ranks.append(first_right_rank(ranked, right))
         return ranks

@@ -177,8 +177,15 @@ def index_photos(paths, exclude, index_dir, model, batch_size, workers, as_json,
 
 
 @command()
-@click.argument("text", nargs=-1, required=True)
+@click.argument("text", nargs=-1)
 @count_opt
+@click.option("--after", metavar="DATE", help="Taken on or after this year, month or day (2019, 2019-06, 2019-06-14).")
+@click.option("--before", metavar="DATE", help="Taken before the end of this year, month or day.")
+@click.option("--in", "folder", type=PathText, metavar="FOLDER", help="Only photos under this folder.")
+@click.option("--near", metavar="PLACE", help="Only photos taken in or near this place (GPS): a city, region or "
+              "country.")
+@click.option("--like", type=PathText, metavar="PHOTO", help="Photos like this one (indexed or not), and like "
+              "TEXT when given.")
 @click.option("--min-score", default=None, metavar="SCORE|LEVEL",
               help="Leave out photos scoring below this score, or below this level of a calibrated model: strong, "
                    "possible (the same for every query).")
@@ -189,11 +196,16 @@ def index_photos(paths, exclude, index_dir, model, batch_size, workers, as_json,
 @query_model_opt
 @json_opt
 @null_opt
-def search(text, n, min_score, preview, all_copies, index_dir, model, as_json, null):
-    """Find photos by sentence.
+def search(text, n, after, before, folder, near, like, min_score, preview, all_copies, index_dir, model, as_json,
+           null):
+    """Find photos by sentence, date, place, folder, or likeness.
 
-    TEXT is what the photo shows, e.g. `imgtxt search a dog running on the beach` (quotes optional).
+    TEXT is what the photo shows, e.g. `imgtxt search a dog running on the beach` (quotes optional); a year,
+    month or season in it is read as when the photo was taken (`beach 2019`, `snow in december`), and words
+    of folder, file and place names count too.
     """
+    if not text and like is None and not any((after, before, folder, near)):
+        raise ImgtxtError("give what the photo shows (TEXT), or --like PHOTO, --after, --before, --in or --near")
     import os
 
     # One query is a few dozen small matmuls: a BLAS thread pool only adds wake-ups, which cost most on a busy
@@ -211,7 +223,11 @@ def search(text, n, min_score, preview, all_copies, index_dir, model, as_json, n
                              f"{printable(min_score)[:40]!r}") from None
     if isinstance(min_score, float) and not math.isfinite(min_score):   # nan, inf, 1e400
         raise ImgtxtError(f"--min-score must be a finite number, not {min_score}")
-    _print_photos(library.search(" ".join(text), n, min_score, all_copies), as_json, preview, library, null)
+    matches = library.search(" ".join(text), n, min_score, all_copies, after=after, before=before, folder=folder,
+                             near=near, like=like)
+    if library.reading:
+        _say(f"imgtxt: {printable(library.reading)}")
+    _print_photos(matches, as_json, preview, library, null)
 
 
 @command()
@@ -326,6 +342,28 @@ def serve(index_dir, model, port, host, allow_host):
             done()
 
     run(library, host, port, allow_host, prepare, say=_say)
+
+
+@command()
+@click.option("--threshold", type=click.FloatRange(0, 1, min_open=True), default=None, metavar="COSINE",
+              help="How alike two photos' vectors must be to count as near duplicates (default: the shipped "
+                   "model's, chosen on a dev set; higher: fewer, surer groups).")
+@index_opt
+@query_model_opt
+@json_opt
+def duplicates(threshold, index_dir, model, as_json):
+    """Groups of identical files and near duplicates (resized, re-encoded, burst shots), largest first.
+
+    Lists them only: nothing is deleted or moved.
+    """
+    from .output import print_duplicates
+
+    groups = _library(index_dir, model).duplicates(threshold)
+    print_duplicates(groups, as_json)
+    files = sum(len(g.photos) for g in groups)
+    _say(f"imgtxt: {len(groups)} groups of duplicates ({sum(g.kind == 'exact' for g in groups)} exact, "
+         f"{sum(g.kind == 'near' for g in groups)} near) holding {files} files; nothing was changed"
+         if groups else "imgtxt: no duplicates found")
 
 
 @command()

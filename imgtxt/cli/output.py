@@ -59,6 +59,26 @@ def print_status(status: dict, as_json: bool = False, out=None) -> None:
         out.write(f"{key + ':':<11}{printable(str(status[key]))}\n")
 
 
+def print_duplicates(groups, as_json: bool = False, out=None) -> None:
+    """One JSON object per group with --json; else a line per file, `group<TAB>kind<TAB>size<TAB>WxH<TAB>taken
+    <TAB>path` in a pipe, and on a terminal each group under a heading."""
+    out = out or sys.stdout
+    for number, group in enumerate(groups, 1):
+        if as_json:
+            out.write(json.dumps({"group": number, **group.as_dict()}, ensure_ascii=False) + "\n")
+            continue
+        if out.isatty():
+            alike = "the same bytes" if group.kind == "exact" else f"near duplicates, cosine >= {group.similarity:.3f}"
+            out.write(f"{'' if number == 1 else chr(10)}group {number}: {len(group.photos)} files, {alike}\n")
+        for p in group.photos:
+            pixels = f"{p.width}x{p.height}" if p.width else "?"
+            taken = (p.taken or "?").replace("T", " ") + (" (file date)" if p.taken_from == "mtime" else "")
+            fields = [f"{p.size:>10}", f"{pixels:>11}", f"{taken:<31}", printable(p.path)]
+            out.write(("  " + "  ".join(fields) if out.isatty()
+                       else "\t".join([str(number), group.kind, *(f.strip() for f in fields)])) + "\n")
+    out.flush()
+
+
 class OutputError(ImgtxtError):
     """stdout cannot take the results: closed, disk full, a broken pipe, an encoding without the characters."""
 

@@ -27,7 +27,7 @@ from imgtxt.model.images import ImageError, in_order, register_heif
 from imgtxt.model.previews import raw_hint
 from imgtxt.safe_text import printable
 
-from . import reach, vector_build
+from . import photo_facts, reach, vector_build
 from .reach import keeps_row
 from .index_folder import COMPLETE as REBUILD_COMPLETE
 from .index_folder import (
@@ -110,6 +110,7 @@ def run_index(index_dir: Path, roots: list[str], model, excludes=(), batch_size:
             run.ray_address = ray_address  # embed on a Ray cluster (ray_index) instead of this process
             run.previews = previews
             summary = run.execute(list(excludes))
+            photo_facts.update(store, run.root_keys, notice or log)   # dates, places, folder words: new files only
             write_folders(store, add=roots)  # under the lock: another run cannot take it before the run is done
             if rebuild:
                 store.set_meta(**{REBUILD_COMPLETE: 1})

@@ -10,7 +10,7 @@ import sqlite3
 
 from .photo_paths import path_bytes, path_key
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 MIGRATIONS = [
     """
@@ -55,6 +55,28 @@ MIGRATIONS = [
     # A file's inode and ctime when it was indexed: size + mtime alone are not its identity (two photos of equal
     # size and mtime swapping names, cp + touch -r). NULL in rows of earlier versions: filled by the next run.
     "ALTER TABLE photos ADD COLUMN ino INTEGER; ALTER TABLE photos ADD COLUMN ctime_ns INTEGER",
+    # What people remember of a photo besides what it shows (photo_facts.py): when (EXIF, else the file's
+    # mtime), where (GPS and the nearest named place) and the words of its folder and name. Filled by the next
+    # `index` run from the files' headers, without re-embedding; (path, size, mtime_ns) say which version.
+    """
+    CREATE TABLE photo_facts (
+        id INTEGER PRIMARY KEY,
+        path TEXT NOT NULL,
+        size INTEGER NOT NULL,
+        mtime_ns INTEGER NOT NULL,
+        taken TEXT,
+        taken_offset TEXT,
+        taken_from TEXT NOT NULL,
+        latitude REAL,
+        longitude REAL,
+        city TEXT,
+        region TEXT,
+        country TEXT
+    );
+    CREATE INDEX photo_facts_taken ON photo_facts (taken);
+    CREATE TABLE photo_words (word TEXT NOT NULL, id INTEGER NOT NULL, PRIMARY KEY (word, id)) WITHOUT ROWID;
+    CREATE INDEX photo_words_id ON photo_words (id)
+    """,
 ]
 assert len(MIGRATIONS) == SCHEMA_VERSION
 

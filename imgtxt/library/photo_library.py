@@ -22,6 +22,7 @@ from imgtxt.errors import ImgtxtError, Interrupted
 from imgtxt.model.modelfile import ModelError, TrainedModel
 
 from . import arguments as check
+from .library_extras import LibraryExtras
 from .open_index import KeptIndexes, one_blas_thread
 from .open_index import database_errors as _database_errors
 from .photo_paths import path_key
@@ -37,7 +38,7 @@ def load_model(folder: Path | str | None) -> TrainedModel:
         raise ModelError(f"unusable model: {e}") from None
 
 
-class Library:
+class Library(LibraryExtras):
     """One photo index. `model`: a model folder (default: $IMGTXT_MODEL, else for queries the model the
     index was built with, else the model shipped with imgtxt). The index stays open between queries (each
     checks that it is still the one on disk, open_index.py); `close()` lets it go."""
@@ -49,6 +50,7 @@ class Library:
         self._models: dict[str, TrainedModel] = {}
         self._kept = KeptIndexes(self.index_dir)
         self.notices: list[str] = []   # one-line warnings of the last query (e.g. a damaged vector file)
+        self.reading: str | None = None  # how the last search was read: "searching for: beach · taken in 2019"
 
     # ------------------------------------------------------------------ the model
     def _model(self, folder: Path | None) -> TrainedModel:
@@ -188,15 +190,16 @@ class Library:
 
     # ------------------------------------------------------------------ queries
     @_database_errors
-    def search(self, text: str, n: int = 10, min_score: float | str | None = None,
-               all_copies: bool = False) -> list[PhotoMatch]:
+    def search(self, text: str, n: int = 10, min_score: float | str | None = None, all_copies: bool = False,
+               after=None, before=None, folder=None, near=None, like=None) -> list[PhotoMatch]:
         """Photos that match a sentence, best first. `min_score`: a score, or a level name (strong, possible,
-        weak) of a calibrated model; each match carries its confidence and level when the model is calibrated."""
+        weak) of a calibrated model; each match carries its confidence and level when the model is calibrated.
+        `after`, `before`, `folder`, `near`, `like`: remembered_search.py (`self.reading`: how it was read)."""
         from imgtxt.model.calibration import LEVELS
 
-        from .confidence import min_score_of, rate, search_confidence_of
-        from .query import search
+        from .confidence import min_score_of, search_confidence_of
         from .query_words import read_model_query
+        from .remembered_search import index_words, ranker
 
         text, n = check.text(text), check.integer(n, "n")
         min_score = check.score_or_level(min_score, "min_score", LEVELS)
@@ -205,12 +208,15 @@ class Library:
         index = self._open()
         try:
             model = self._query_model(index)
-            text = read_model_query(model, text, self.notices)
+            text = read_model_query(model, text, notes := [], index_words(index))
             search_confidence_of(model, self.notices)   # a damaged reference file is said once, here
             score, confidence = min_score_of(model, min_score, text)
             with one_blas_thread():
-                return rate(model, _distinct(index, model, lambda want: search(index, model, text, want, score), n,
-                                             all_copies), confidence, text)
+                ranked = ranker(index, model, text, score, after, before, folder, near, like)
+                self.reading, matches = ranked.line(), _distinct(index, model, ranked, n, all_copies)
+                # the typo line only when the reading does not say it already ("searching for: ...")
+                self.notices += [note for note in notes if self.reading is None or not note.startswith("searching")]
+                return ranked.rate(model, matches, confidence)
         finally:
             _close(index, self)
 
@@ -331,7 +337,6 @@ def _close(index, library: "Library | None" = None) -> None:
     """After a query: its notices to the library (the index itself stays open for the next query)."""
     if index is not None and library is not None:
         library.notices.extend(index.notices)
-
 
 
 def _distinct(index, model, ranked, n: int, all_copies: bool) -> list[PhotoMatch]:

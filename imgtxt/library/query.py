@@ -200,15 +200,21 @@ def encode_query(model, text: str) -> np.ndarray:
     return query
 
 
-def search(index: Index, model, text: str, n: int = 10, min_score: float | None = None) -> list[Hit]:
-    check_query(model, text)
-    if min_score is not None and math.isnan(min_score):
-        raise QueryError("--min-score must be a number, not nan")
-    vectors = index.vectors(model)
+def text_scorer(model, text: str):
+    """(query vector, score function over photo vectors) of a checked query."""
     query = encode_query(model, text)
     score = (vector_index.dot_scorer(query[0]) if model.similarity_kind == "cosine"
              else lambda images: model.scores(np.asarray(images), query)[:, 0])
-    return rank(index, model, vectors, query[0], n, score, min_score)
+    return query[0], score
+
+
+def search(index: Index, model, text: str, n: int = 10, min_score: float | None = None, narrow=None) -> list[Hit]:
+    """`narrow(vectors)`: the search files seen through a search's filters (blended_search.Blended)."""
+    if min_score is not None and math.isnan(min_score):
+        raise QueryError("--min-score must be a number, not nan")
+    query, score = text_scorer(model, text)
+    vectors = index.vectors(model)
+    return rank(index, model, narrow(vectors) if narrow else vectors, query, n, score, min_score)
 
 
 # ------------------------------------------------------------------------------------- photo -> ...

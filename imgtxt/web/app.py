@@ -122,23 +122,31 @@ def create_app(library, hosts: frozenset[str] = frozenset(LOCAL_HOSTS), captions
     templates.env.finalize = _displayable  # before the first template compiles: it applies to every {{ }}
 
     def page(request, name: str, status: int = 200, **context):
-        return templates.TemplateResponse(request, name, {"index_dir": library.index_dir, **context},
-                                          status_code=status)
+        defaults = {"index_dir": library.index_dir, "query": "", "filters": {}, "like": None}
+        return templates.TemplateResponse(request, name, {**defaults, **context}, status_code=status)
 
     def home(request):  # sync endpoints run in a thread pool: searching never blocks the server
-        query = request.query_params.get("q", "").strip()
-        n = _int(request.query_params.get("n"), 24)
-        if not query:
-            return page(request, "search.html", query="", matches=None)
+        params = request.query_params
+        query = params.get("q", "").strip()
+        n = _int(params.get("n"), 24)
+        filters = {k: params.get(k, "").strip() or None for k in ("after", "before", "in", "near")}
+        like = params.get("like", "").strip() or None
+        form = {"query": query, "filters": filters, "like": like}
+        if not query and not like and not any(filters.values()):
+            return page(request, "home.html", overview=_overview(library), examples=EXAMPLE_QUERIES, **form)
         try:
-            matches = library.search(query, n)
+            like_photo = library.photo(row_id_of(like) or 0) if like else None
+            matches = library.search(query, n, after=filters["after"], before=filters["before"],
+                                     folder=filters["in"], near=filters["near"],
+                                     like=like_photo.path if like_photo else None)
         except ImgtxtError as e:
-            return page(request, "search.html", 400, query=query, matches=None, error=str(e))
-        return page(request, "search.html", query=query, matches=matches)
+            return page(request, "search.html", 400, matches=None, error=str(e), **form)
+        return page(request, "search.html", matches=matches, reading=library.reading, **form)
 
     def photo(request):
         try:
             record = library.photo(requested_id(request))
+            facts = library.facts(record.id)
         except ImgtxtError as e:
             return page(request, "search.html", 404, query="", matches=None, error=str(e))
         captions, similar, errors = None, [], []
@@ -153,8 +161,15 @@ def create_app(library, hosts: frozenset[str] = frozenset(LOCAL_HOSTS), captions
         except ImgtxtError as e:
             if str(e) not in errors:
                 errors.append(str(e))
-        return page(request, "photo.html", photo=record, captions=captions, similar=similar,
+        return page(request, "photo.html", photo=record, facts=facts, captions=captions, similar=similar,
                     error="; ".join(errors) or None, query=request.query_params.get("q", ""))
+
+    def duplicates(request):
+        try:
+            groups = library.duplicates()
+        except ImgtxtError as e:
+            return page(request, "search.html", 400, query="", matches=None, error=str(e))
+        return page(request, "duplicates.html", query="", groups=groups[:200], total=len(groups))
 
     def image(size: int):
         def endpoint(request):
@@ -179,6 +194,7 @@ def create_app(library, hosts: frozenset[str] = frozenset(LOCAL_HOSTS), captions
 
     app = Starlette(routes=[
         Route("/", home),
+        Route("/duplicates", duplicates),
         Route("/style.css", style),
         # ids as text: the int convertor turns 5,000 digits or 2**63 into a 500; Library.photo says 404
         Route("/photo/{photo_id}", photo),
@@ -186,6 +202,18 @@ def create_app(library, hosts: frozenset[str] = frozenset(LOCAL_HOSTS), captions
         Route("/large/{photo_id}", image(LARGE)),
     ])
     return Guard(app, hosts)
+
+
+EXAMPLE_QUERIES = ("a dog running on the beach", "children playing in the snow in december", "a city street at night",
+                   "mountains 2019", "a birthday cake")
+
+
+def _overview(library):
+    """The home page's counts and recent photos; None when the index cannot say (no run yet: the error shows)."""
+    try:
+        return library.overview(12)
+    except ImgtxtError:
+        return None
 
 
 def _displayable(value):
