@@ -41,7 +41,8 @@ KINDS_OWN = {"caption": "flickr8k", "phrase": "flickr8k", "object": "objects", "
 
 def write_queries(photos: Path, path: Path) -> Path:
     """The object dev set's queries as a calibrate-search queries file (query, right files, kind)."""
-    files = {p.stem: p.name for p in photos.iterdir() if p.suffix.lower() in (".png", ".jpg", ".jpeg")}
+    files = {object_devset.photo_stem(p.name): p.name for p in photos.iterdir()
+             if p.suffix.lower() in (".png", ".jpg", ".jpeg")}
     with open(path, "w", encoding="utf-8") as f:
         for kind, queries in (("object", object_devset.QUERIES), ("photo-of", object_devset.PHOTO_OF_QUERIES)):
             for query, right in queries:
