@@ -377,3 +377,49 @@ def test_a_photo_that_can_no_longer_be_read_keeps_its_row(library, tmp_path, mon
     s = summary_of(result)
     assert (s["removed"], s["indexed"], s["skipped_reasons"]) == (0, 2, {"permission denied": 1}), s
     assert "kept its earlier vector" in result.stderr and rows(library) == before
+
+
+def test_a_rebuild_keeps_what_a_damaged_old_index_still_gives(library, tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    write_photo(a / "0.jpg", seed=0)
+    write_photo(b / "0.jpg", seed=1)
+    library.run("index", a, b, "-q")
+    db = library.index / "index.db"
+    with sqlite3.connect(db) as conn:                    # B with many photos: the table spans many pages
+        row = conn.execute("SELECT * FROM photos WHERE path = ?", [str(b / "0.jpg")]).fetchone()
+        names = [d[0] for d in conn.execute("SELECT * FROM photos LIMIT 0").description]
+        for i in range(1, 400):
+            values = dict(zip(names, row), id=None, path=str(b / f"{i}.jpg"), path_bytes=None)
+            conn.execute(f"INSERT INTO photos ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})",
+                         [values[n] for n in names])
+    conn.close()
+    size = db.stat().st_size
+    with open(db, "r+b") as f:                           # the last pages garbled: the last rows cannot be read
+        f.seek(size - 16384)
+        f.write(b"\xff" * 16384)
+    result = library.run("index", a, "--rebuild", "--json")
+    s = summary_of(result)
+    assert "read only in part" in result.stderr, result.stderr
+    assert 1 + 1 < s["indexed"] < 401, s                  # A, and the part of B the old file still gives
+
+
+def test_a_folder_forgotten_while_a_rebuild_was_stopped_stays_forgotten(library, tmp_path, monkeypatch):
+    from imgtxt import Library
+    from imgtxt.library.indexer import IndexRun
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    write_photo(a / "0.jpg", seed=0)
+    write_photo(a / "sub" / "1.jpg", seed=1)
+    write_photo(b / "sub" / "2.jpg", seed=2)
+    library.run("index", a, b, "-q")
+
+    def killed(self, *args):
+        raise Killed
+    with monkeypatch.context() as m:                      # a rebuild of A stopped after its first transactions
+        m.setattr(IndexRun, "finish", killed)
+        with pytest.raises(Killed):
+            library.run("index", a, "--rebuild", "-q")
+    Library(library.index, library.model).forget(a / "sub")
+    Library(library.index, library.model).forget(b / "sub")
+    library.run("index", a, "--rebuild", "-q")          # continued
+    assert set(rows(library)) == {str(a / "0.jpg")}

@@ -147,8 +147,9 @@ def _print_photos(matches, as_json: bool, preview: bool = False, library=None, n
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no per-file messages.")
 @click.option("--prune", is_flag=True, help="Remove the photos of a folder that is missing or empty now "
               "(by default they are kept: an unplugged drive looks the same).")
-@click.option("--rebuild", is_flag=True, help="Build a new database from the photos and swap it in when complete "
-              "(for a damaged index; the old file is kept as index.db.damaged).")
+@click.option("--rebuild", is_flag=True, help="Build a new database from the photos of these folders and swap it in "
+              "when complete (for a damaged index): other folders are kept as they were, known vectors reused by "
+              "content; the old file is kept as index.db.damaged (numbered if taken).")
 @click.option("--ray", metavar="ADDRESS", default=None,
               help="Embed on a Ray cluster: its address (ray://host:10001, auto), or 'local' for a Ray instance on "
                    "this machine. Needs the ray extra.")

@@ -47,53 +47,75 @@ def _key(path, raw) -> str | None:
     return path if isinstance(path, str) else None
 
 
+def _rows(conn: sqlite3.Connection, sql: str, problems: list[str]):
+    """The rows of a query on the old database, up to the first damaged page (its error goes to `problems`)."""
+    try:
+        cursor = conn.execute(sql)
+        while (row := cursor.fetchone()) is not None:
+            yield row
+    except sqlite3.OperationalError as e:
+        if "no such table" not in str(e):   # an index from before `forget`: nothing forgotten
+            problems.append(str(e).splitlines()[0] if str(e) else "a damaged page")
+    except sqlite3.Error as e:
+        problems.append(str(e).splitlines()[0] if str(e) else "a damaged page")
+
+
 def carry_over(store: Store, old: sqlite3.Connection | None, root_keys: list[str], notice) -> None:
     """Copy the old database's rows outside `root_keys` into the new one, once per rebuild database (a killed
-    rebuild continues with them). Rows keep their ids: the new database is empty when this runs."""
+    rebuild continues with them), as far as the old file can be read: a damaged page ends the copy of its
+    table, what was read before it is kept. Rows keep their ids: the new database is empty when this runs."""
     if store.meta().get(CARRIED) == "1":
+        if old is not None:
+            keep_forgotten(store, old)
         return
-    kept, skipped, lost = 0, 0, None
+    kept, skipped, problems = 0, 0, []
     folders: list[str] = []
     meta: dict = {}
     if old is None:
-        lost = "it is not a readable database"
+        problems.append("it is not a readable database")
     else:
         try:
             meta = read_meta(old)
-            folders = [f for f in meta_folders(meta) if not is_under(f, root_keys)]
-            with store.db.atomic():
-                for row in old.execute(f"SELECT {COLUMNS} FROM photos ORDER BY id"):
-                    key = _key(row[1], row[2])
-                    if key is None or is_under(key, root_keys) or not isinstance(row[8], bytes):
-                        continue
-                    store.db.execute(f"INSERT OR IGNORE INTO photos ({COLUMNS}, generation) "
-                                     f"VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)", [row[0], key, *row[2:]])
-                    kept += 1
-                for path, raw, size, mtime_ns, reason, seen in old.execute(
-                        "SELECT path, path_bytes, size, mtime_ns, reason, seen_at FROM skipped"):
-                    key = _key(path, raw)
-                    if key is not None and not is_under(key, root_keys):
-                        store.db.execute("INSERT OR IGNORE INTO skipped VALUES (?, ?, ?, ?, ?, ?)",
-                                         [key, raw, size, mtime_ns, reason, seen])
-                        skipped += 1
-                try:
-                    for path, raw, at in old.execute("SELECT path, path_bytes, forgotten_at FROM forgotten"):
-                        store.db.execute("INSERT OR IGNORE INTO forgotten VALUES (?, ?, ?)", [path, raw, at])
-                except sqlite3.OperationalError:
-                    pass   # an index from before `forget`
-                if kept:
-                    store.db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('vectors_dirty', '1')")
-        except sqlite3.Error as e:   # damaged past this point: what was read before it is lost to the copy
-            lost = f"reading it stopped at: {str(e).splitlines()[0] if str(e) else 'a damaged page'}"
-            kept = skipped = 0
+        except sqlite3.Error as e:
+            problems.append(str(e).splitlines()[0] if str(e) else "a damaged page")
+        folders = [f for f in meta_folders(meta) if not is_under(f, root_keys)]
+        with store.db.atomic():
+            for row in _rows(old, f"SELECT {COLUMNS} FROM photos ORDER BY id", problems):
+                key = _key(row[1], row[2])
+                if key is None or is_under(key, root_keys) or not isinstance(row[8], bytes):
+                    continue
+                store.db.execute(f"INSERT OR IGNORE INTO photos ({COLUMNS}, generation) "
+                                 f"VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)", [row[0], key, *row[2:]])
+                kept += 1
+            for path, raw, size, mtime_ns, reason, seen in _rows(
+                    old, "SELECT path, path_bytes, size, mtime_ns, reason, seen_at FROM skipped", problems):
+                key = _key(path, raw)
+                if key is not None and not is_under(key, root_keys):
+                    store.db.execute("INSERT OR IGNORE INTO skipped VALUES (?, ?, ?, ?, ?, ?)",
+                                     [key, raw, size, mtime_ns, reason, seen])
+                    skipped += 1
+            for path, raw, at in _rows(old, "SELECT path, path_bytes, forgotten_at FROM forgotten", problems):
+                store.db.execute("INSERT OR IGNORE INTO forgotten VALUES (?, ?, ?)", [path, raw, at])
+            if kept:
+                store.db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('vectors_dirty', '1')")
     write_folders(store, add=folders)
     store.set_meta(**{CARRIED: 1, PREVIEWS: int(kept > 0 and meta.get(PREVIEWS) == "1")})
-    if lost:
-        notice(f"imgtxt: the old index could not be read ({lost}): the rebuilt index holds only "
-               f"{', '.join(root_keys)}; the old file is kept beside it")
+    if problems:
+        notice(f"imgtxt: the old index could be read only in part ({problems[0]}): kept the {kept} photos of "
+               f"other folders it gave; the old file is kept beside the new one")
     elif kept or skipped or folders:
         notice(f"imgtxt: --rebuild re-checks only {', '.join(root_keys)}: kept the {kept} photos of other folders "
                f"({', '.join(folders) or 'not in the folder list'}) as the old index had them")
+
+
+def keep_forgotten(store: Store, old: sqlite3.Connection) -> None:
+    """A rebuild continued after `imgtxt forget` changed the old database: what it forgot stays forgotten (and
+    out of the new database), whatever the killed run had copied or indexed before."""
+    with store.db.atomic():
+        for path, raw, at in _rows(old, "SELECT path, path_bytes, forgotten_at FROM forgotten", []):
+            store.db.execute("INSERT OR IGNORE INTO forgotten VALUES (?, ?, ?)", [path, raw, at])
+            prefix = path.rstrip(os.sep) + os.sep
+            store.db.execute("DELETE FROM photos WHERE path = ? OR substr(path, 1, ?) = ?", [path, len(prefix), prefix])
 
 
 class OldVectors:
