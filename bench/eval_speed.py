@@ -40,11 +40,11 @@ def runtimes(model, data_dir: str, photos: int, rounds: int) -> None:
                 raw = run()
                 times[name].append((time.perf_counter() - wall, time.process_time() - cpu))
                 assert raw is not None and len(raw) == photos, name
-    for name, got in times.items():
-        wall, cpu = (sorted(t[i] for t in got)[len(got) // 2] for i in (0, 1))
+    medians = {name: [sorted(t[i] for t in got)[len(got) // 2] for i in (0, 1)] for name, got in times.items()}
+    for name, (wall, cpu) in medians.items():
         print(f"features of {photos} Flickr8k val photos, --runtime {name}: wall {wall:.1f} s = {photos / wall:.1f} "
-              f"photos/s, CPU {cpu:.1f} s (median of {rounds})")
-    (iw, ic), (tw, tc) = ((sorted(t[i] for t in times[k])[rounds // 2] for i in (0, 1)) for k in ("index", "torch"))
+              f"photos/s, CPU {cpu:.1f} s (median of {rounds}; loading the CNN included)")
+    (iw, ic), (tw, tc) = medians["index"], medians["torch"]
     print(f"index / torch: wall {iw / tw:.2f}x, CPU {ic / tc:.2f}x; load average {os.getloadavg()[0]:.1f}")
 
 

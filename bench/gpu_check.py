@@ -5,7 +5,8 @@ how many photos a second does each do?
     .venv/bin/python bench/gpu_check.py [--photos 2000] [--model DIR]
 
 1. --install: `pip install -e .[train]` (torch, timm: the torch-on-CUDA path), then onnxruntime-gpu (ONNX Runtime's
-   CUDA provider), which may fail: without it the CNN runs in torch on the GPU (imgtxt/model/cnn_runtime.py);
+   CUDA provider); either may fail (no network): without onnxruntime-gpu the CNN runs in torch on the GPU
+   (imgtxt/model/cnn_runtime.py);
 2. --photos synthetic JPEGs of --megapixels (bench/index_speed.py's camera-like photos, 48 encoded, the rest
    distinct byte copies), under a temporary folder;
 3. the CNN alone on the same 64 decoded squares on the CPU (the exported graph, OpenVINO or ONNX Runtime) and on the
@@ -35,11 +36,13 @@ REPO = BENCH.parent
 
 
 def install() -> None:
+    """Each step may fail (a machine without network): it says so, and the check goes on with what is there."""
     pip = [sys.executable, "-m", "pip", "install", "-q"]
-    subprocess.run(pip + ["-e", f"{REPO}[train]"], check=True)
-    got = subprocess.run(pip + ["onnxruntime-gpu>=1.17"], capture_output=True, text=True)
-    print("onnxruntime-gpu:", "installed" if got.returncode == 0 else
-          f"not installed ({(got.stderr.strip().splitlines() or ['?'])[-1][:160]}): the torch path will be used")
+    for what, args, otherwise in (("imgtxt[train]", ["-e", f"{REPO}[train]"], "using what is installed"),
+                                  ("onnxruntime-gpu", ["onnxruntime-gpu>=1.17"], "the torch path will be used")):
+        got = subprocess.run(pip + args, capture_output=True, text=True)
+        print(f"pip install {what}:", "done" if got.returncode == 0 else
+              f"failed ({(got.stderr.strip().splitlines() or ['?'])[-1][:160]}): {otherwise}")
 
 
 def index(folder: Path, model: Path, index_dir: Path, device: str) -> tuple[float, str]:

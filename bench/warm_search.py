@@ -10,7 +10,8 @@ vector builder, as bench/search_latency.py does), then in fresh interpreters, ea
   - warm, new text: one Library, one search first (model and index loaded), then --queries distinct sentences, each
     searched once (the query vector cache never hits): wall-clock and CPU milliseconds per query, p50 and p90;
   - warm, repeated text: the same Library searching the first 10 of those sentences again, round after round;
-  - the text encoder alone on the new sentences (the model's numpy encoder, uncached): the floor of a new query;
+  - the text encoder alone on the new sentences (the model's numpy encoder, uncached, one BLAS thread for both
+    variants): the floor of a new query;
   - cold: `imgtxt search` as a new process, median of --cold-runs, and a cold `python -c 'import numpy'` beside it.
 Wall time is what a user waits for; CPU time (all of the process's threads: BLAS threads that spin count) says the
 same with less of the machine's load in it (other programs on a busy machine take the cores, not this
@@ -69,10 +70,12 @@ repeated = timed(queries[:10] * 10)
 model = lib.model
 encode = getattr(model, "_encode_query", None) or model.encode_query
 enc = []
-for text in queries:
-    c = time.process_time()
-    encode([text])
-    enc.append(time.process_time() - c)
+from threadpoolctl import threadpool_limits
+with threadpool_limits(limits=1, user_api="blas"):   # as a search runs it (the earlier code: on its own BLAS threads)
+    for text in queries:
+        c = time.process_time()
+        encode([text])
+        enc.append(time.process_time() - c)
 print(json.dumps({"new": new, "repeated": repeated, "encoder_cpu": enc}))
 """
 

@@ -158,3 +158,16 @@ def test_torch_cuda_is_not_chosen_over_onnx_runtime_cuda_or_against_the_settings
     monkeypatch.delenv("IMGTXT_CNN_RUNTIME")
     monkeypatch.setattr(ort, "get_available_providers", lambda: [CUDA, "CPUExecutionProvider"])
     assert not cnn_runtime.torch_cuda_instead("auto")          # ONNX Runtime's own CUDA comes first
+
+
+def test_the_cpu_runs_a_batch_in_short_runs_and_the_gpu_whole(graph, cuda_offered, monkeypatch):
+    """An index batch through the CPU runtime in runs of CPU_BATCH photos (its activations grow with the run), on
+    the GPU at once; the features are the same."""
+    squares = np.random.default_rng(1).integers(0, 256, (10, 8, 8, 3), dtype=np.uint8)
+    monkeypatch.setattr(ort, "InferenceSession", FakeCudaSession)
+    for device, runs in (("cpu", [4, 4, 2]), ("gpu", [10])):
+        extractor = open_extractor(graph, 2, "onnxruntime", "fp32", device=device)
+        seen, run = [], extractor._run
+        extractor._run = lambda part, run=run, seen=seen: seen.append(len(part)) or run(part)
+        np.testing.assert_allclose(extractor.raw_features(squares), squares.mean(axis=(1, 2)), rtol=1e-6)
+        assert seen == runs and cnn_runtime.CPU_BATCH == 4

@@ -177,7 +177,7 @@ def test_loading_is_lazy_and_never_rehashes(tmp_path, monkeypatch):
     # int8 with per-row scales: within half a step of the original
     w = model.image.proj.weight.detach().numpy()
     step = np.abs(w).max(axis=1, keepdims=True) / 127
-    assert np.all(np.abs(loaded.image_projection - w) <= step / 2 + 1e-7)
+    assert np.all(np.abs(loaded.tensors["image_projection"] - w) <= step / 2 + 1e-7)
 
 
 def test_minilm_model_without_its_tokenizer_is_a_clear_error(tmp_path):

@@ -134,3 +134,25 @@ def test_one_blas_thread_for_a_query(monkeypatch):
         monkeypatch.delenv(variable, raising=False)
     with one_blas_thread():
         assert {i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"} == {1}
+
+
+def test_concurrent_queries_give_the_blas_threads_back(monkeypatch):
+    """The limit is process-wide: with two queries overlapping, the last one out restores the threads."""
+    from threadpoolctl import threadpool_info
+
+    from imgtxt.library.open_index import one_blas_thread
+
+    for variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        monkeypatch.delenv(variable, raising=False)
+
+    def threads():
+        return {i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"}
+
+    before = threads()
+    first, second = one_blas_thread(), one_blas_thread()
+    first.__enter__()
+    second.__enter__()
+    first.__exit__(None, None, None)          # the first query ends while the second runs
+    assert threads() == {1}
+    second.__exit__(None, None, None)
+    assert threads() == before

@@ -14,6 +14,7 @@ The notices of an open (a damaged vector file) are repeated with every query, as
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sqlite3
@@ -120,24 +121,35 @@ def database_errors(method):
 # ------------------------------------------------------------------------------------- one BLAS thread
 
 _BLAS_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
-_controller = None
+_blas = {"controller": None, "limiter": None, "queries": 0}
+_blas_lock = threading.Lock()
 
 
+@contextlib.contextmanager
 def one_blas_thread():
-    """A context running numpy's BLAS on one thread for a query: a query is a few dozen small matmuls, and a second
-    BLAS thread only spins against the rest of the machine (a warm query's p90 was 30x its p50 at load 2 with two
-    OpenBLAS threads, bench/warm_search.py). Left alone when the environment sets the threads (the CLI sets one
-    before numpy loads; a user's own choice wins). The controller is made once a process (~10 ms; then 10 us)."""
-    global _controller
-    import contextlib
-
+    """numpy's BLAS on one thread while a query runs: a query is a few dozen small matmuls, and a second BLAS thread
+    only spins against the rest of the machine (a warm query's p90 was 30x its p50 at load 2 with two OpenBLAS
+    threads, bench/warm_search.py). Left alone when the environment sets the threads (the CLI sets one before numpy
+    loads; a user's own choice wins). The limit is process-wide, so it is counted: set by the first of concurrent
+    queries (the web app's threads), given back by the last. The controller is made once a process (~10 ms)."""
     if any(v in os.environ for v in _BLAS_VARIABLES):
-        return contextlib.nullcontext()
-    if _controller is None:
-        from threadpoolctl import ThreadpoolController
+        yield
+        return
+    with _blas_lock:
+        if _blas["queries"] == 0:
+            if _blas["controller"] is None:
+                from threadpoolctl import ThreadpoolController
 
-        _controller = ThreadpoolController()
-    return _controller.limit(limits=1, user_api="blas")
+                _blas["controller"] = ThreadpoolController()
+            _blas["limiter"] = _blas["controller"].limit(limits=1, user_api="blas")
+        _blas["queries"] += 1
+    try:
+        yield
+    finally:
+        with _blas_lock:
+            _blas["queries"] -= 1
+            if _blas["queries"] == 0:
+                _blas["limiter"].restore_original_limits()
 
 
 __all__ = ["OpenIndex", "KeptIndexes", "database_errors", "one_blas_thread", "StoreError"]

@@ -76,9 +76,11 @@ def recorded_file_problem(folder: Path, record: dict) -> str | None:
     return None
 
 
-def read_caption_vectors(model, bank: list[str], notices: list[str] | None = None) -> np.ndarray | None:
+def read_caption_vectors(model, bank: list[str], notices: list[str] | None = None,
+                         stride: int = 1) -> np.ndarray | None:
     """The stored vectors of `model`'s caption bank as float32 (len(bank), dim), or None when the model has none
-    or they cannot be trusted (then a one-line reason goes to `notices` and the caller embeds the bank)."""
+    or they cannot be trusted (then a one-line reason goes to `notices` and the caller embeds the bank).
+    `stride`: every stride-th row only (converted alone: the whole bank in float32 is 175 MB)."""
     from safetensors import SafetensorError
     from safetensors.numpy import load_file
 
@@ -96,11 +98,12 @@ def read_caption_vectors(model, bank: list[str], notices: list[str] | None = Non
         if problem:
             return refuse(problem)
         tensors = load_file(str(folder / record["file"]))
-        vectors = tensors["vectors"].astype(np.float32)
+        stored = tensors["vectors"]
+        if stored.shape != (len(bank), record["dim"]) or stored.shape[0] != record["count"]:
+            return refuse(f"holds {stored.shape[0]} rows for {len(bank)} captions")
+        vectors = stored[::stride].astype(np.float32)
         if "vectors.scale" in tensors:
-            vectors *= tensors["vectors.scale"].astype(np.float32)[:, None]
-        if vectors.shape != (len(bank), record["dim"]) or vectors.shape[0] != record["count"]:
-            return refuse(f"holds {vectors.shape[0]} rows for {len(bank)} captions")
+            vectors *= tensors["vectors.scale"][::stride].astype(np.float32)[:, None]
     except (KeyError, TypeError, ValueError, OSError, SafetensorError) as e:
         return refuse(f"unreadable ({type(e).__name__}: {e})")
     return vectors

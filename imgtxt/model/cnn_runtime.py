@@ -30,6 +30,9 @@ DEVICE_ENV = "IMGTXT_DEVICE"
 CUDA = "CUDAExecutionProvider"
 
 
+CPU_BATCH = 4   # photos per inference on the CPU (raw_features)
+
+
 class GraphError(ModelError):
     """A graph file that does not belong to this model or cannot be loaded."""
 
@@ -193,8 +196,13 @@ class OnnxFeatureExtractor:
                 and m.get("crops") == features["crops"] and self.dim == features["raw_dim"])
 
     def raw_features(self, squares: np.ndarray) -> np.ndarray:
+        """On the CPU in runs of CPU_BATCH photos: the runtime's activations grow ~40 MB a photo in a run (an
+        index batch of 32 took 1.4 GB), its CPU time a photo does not (bench/index_memory.py)."""
         squares = np.ascontiguousarray(squares, dtype=np.uint8)
-        return np.asarray(self._run(squares), dtype=np.float32)
+        step = len(squares) if self.device == "cuda" else CPU_BATCH
+        return np.concatenate([np.asarray(self._run(squares[s:s + step]), dtype=np.float32)
+                               for s in range(0, len(squares), max(1, step))]) if len(squares) else \
+            np.zeros((0, self.dim), np.float32)
 
     __call__ = raw_features
 

@@ -27,6 +27,7 @@ from imgtxt.errors import ImgtxtError, ModelError  # noqa: F401  (ModelError: im
 
 from . import concepts, search_tuning, text_encoders
 from .query_cache import QueryVectors
+from .text_encoders.head import Weight
 from .calibration import Calibration
 from .fne import FeatureStats, full_network_embedding, l2_normalize
 
@@ -217,8 +218,8 @@ class TrainedModel:
         bank = self.caption_bank()
         if not bank:
             raise ModelError(f"{self.folder}: search.hubness needs the caption bank (captions.txt)")
-        stored = read_caption_vectors(self, bank)
-        vectors = stored[::stride] if stored is not None else self.encode_text(bank[::stride], batch_size=128)
+        stored = read_caption_vectors(self, bank, stride=stride)
+        vectors = stored if stored is not None else self.encode_text(bank[::stride], batch_size=128)
         return np.ascontiguousarray(vectors[:, :self.content_dim], np.float32)
 
     @cached_property
@@ -234,9 +235,9 @@ class TrainedModel:
         return caption_offsets.load(self, bank_size, notices)
 
     @cached_property
-    def image_projection(self) -> np.ndarray:
-        """(embed_dim, image_dim) fp32 for indexing and evaluation; the query path never asks for it."""
-        return np.asarray(self.tensors[IMAGE_PROJECTION], dtype=np.float32)
+    def image_projection(self) -> Weight:
+        """(embed_dim, image_dim) as x @ W.T, int8 rows cast per use: a float32 copy held 110-330 MB of an index run."""
+        return Weight(self.tensors, IMAGE_PROJECTION)
 
     # ------------------------------------------------------------------ properties
     @property
@@ -286,7 +287,6 @@ class TrainedModel:
                     from .cnn_torch import ImageEmbedder, check_torch
 
                     check_torch(self.folder)
-
                     embedder = ImageEmbedder(self)
                 self._cnn = _LOADED_CNNS[self.model_id] = embedder
         return self._cnn
@@ -343,13 +343,7 @@ class TrainedModel:
         return QueryVectors(self._encode_query)
 
     def _encode_query(self, texts: list[str]) -> np.ndarray:
-        out = self.encode_text(texts)
-        gate = self.config.get("search", {}).get("query_gate")
-        if gate and self.concepts is not None:
-            h = self.config["joint"]["embed_dim"]
-            part = out[:, h:self.content_dim]
-            part *= search_tuning.gate_scale(part, self.concepts.class_vectors, gate)[:, None]
-        return out
+        return search_tuning.gate_queries(self, self.encode_text(texts))
 
     def image_features(self, raw: np.ndarray) -> np.ndarray:
         """Raw CNN features (N, D_raw) -> the model's input features (FNE int8 or baseline)."""
@@ -364,7 +358,7 @@ class TrainedModel:
         if joint.get("image_hidden"):   # the thesis's image MLP: ReLU hidden layer, then the map
             x = np.maximum(x @ np.asarray(self.tensors["image_hidden.weight"], np.float32).T
                            + np.asarray(self.tensors["image_hidden.bias"], np.float32), 0)
-        x = x @ self.image_projection.T
+        x = self.image_projection(x)
         if joint.get("image_bias"):
             x = x + np.asarray(self.tensors["image_bias"], np.float32)
         out = l2_normalize(x)

@@ -6,6 +6,7 @@ from pathlib import Path
 import numpy as np
 
 from imgtxt.model.modelfile import TrainedModel
+from imgtxt.model.search_tuning import gate_queries
 
 from .datasets import CAPTIONS_PER_IMAGE, load_split, protocol
 from .metrics import evaluate_scores, mean_of_folds
@@ -111,7 +112,8 @@ def search_and_caption_scores(model: TrainedModel, images: np.ndarray, texts: li
     result = evaluate_scores(scores, CAPTIONS_PER_IMAGE, ties)
     if not model.config.get("search", {}).get("query_gate"):
         return result
-    t2i = evaluate_scores(model.scores(images, model.encode_query(texts)), CAPTIONS_PER_IMAGE, ties)["t2i"]
+    # `captions` are `texts` encoded (encode_text): gated as queries, not encoded a second time
+    t2i = evaluate_scores(model.scores(images, gate_queries(model, captions)), CAPTIONS_PER_IMAGE, ties)["t2i"]
     rsum = sum(result["i2t"][k] + t2i[k] for k in ("r1", "r5", "r10"))
     return {"i2t": result["i2t"], "t2i": t2i, "rsum": rsum}
 
