@@ -9,7 +9,7 @@ import sqlite3
 
 import numpy as np
 
-from . import blended_search, query_filters
+from . import query_filters
 from .query import Hit, QueryError, check_photo, photo_vector, rank, same_photo, search, text_scorer
 from .vector_index import dot_scorer
 
@@ -65,6 +65,8 @@ def ranker(index, model, text: str, min_score, after=None, before=None, folder=N
         reading = []   # read as typed: no note (words found in folder names only rank, as the table shows)
     if not filters.restricts() and not bonus and like is None:
         return Ranker(lambda want: search(index, model, words, want, min_score), reading=reading, text=words)
+    from . import blended_search   # only searches that narrow or blend (a plain search does not load it)
+
     allowed = filters.allowed_ids(conn, model.model_id)
 
     def narrow(vectors):
@@ -101,6 +103,8 @@ def index_words(index):
 
 
 def by_time(index, model, allowed, bonus, want: int) -> list[Hit]:
+    from . import blended_search
+
     ids, scores = blended_search.by_time(index.conn, model.model_id, allowed, bonus, want)
     paths = index.paths(ids.tolist())
     return [Hit(r + 1, float(s), *paths[i]) for r, (i, s) in enumerate(zip(ids.tolist(), scores.tolist()))
