@@ -80,7 +80,7 @@ def features(dataset, data_dir, splits, backbone, layer_set, crops, precision, b
 @feature_options
 @click.option("--embed-dim", type=AT_LEAST_1, default=None, help="Joint space size (preset: paper's)")
 @click.option("--word-dim", type=AT_LEAST_1, default=None, help="Word embedding size (preset: paper's)")
-@click.option("--image-hidden", type=AT_LEAST_0, default=None,
+@click.option("--image-hidden", type=int, default=None,
               help="Image side: a ReLU hidden layer of this size before the map (preset: THESIS 1,000, others none; "
                    "0 = none, the thesis's shallow model)")
 @click.option("--image-dropout", type=Number(0, 1), default=0.0, show_default=True, help="Dropout on the image features")
