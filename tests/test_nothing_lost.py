@@ -423,3 +423,24 @@ def test_a_folder_forgotten_while_a_rebuild_was_stopped_stays_forgotten(library,
     Library(library.index, library.model).forget(b / "sub")
     library.run("index", a, "--rebuild", "-q")          # continued
     assert set(rows(library)) == {str(a / "0.jpg")}
+
+
+def test_a_rebuild_while_the_only_root_is_unplugged_keeps_it_and_its_stamps(library, tmp_path):
+    """Found by the stateful test: such a rebuild refused ("no photos") after copying rows without their stamps,
+    and the next rebuild trusted those rows by size and mtime alone."""
+    a = tmp_path / "a"
+    one = write_photo(a / "p0.bmp", seed=0, size=(32, 24), fmt="BMP")
+    two = write_photo(a / "sub" / "p2.bmp", seed=3, size=(32, 24), fmt="BMP")
+    for path in (one, two):
+        os.utime(path, ns=(10**18, 10**18))
+    library.run("index", a, "-q")
+    a.rename(tmp_path / "a-away")                        # unplugged
+    s = summary_of(library.run("index", a, "--rebuild", "--json", "-q"))
+    assert (s["indexed"], s["kept_offline"]) == (2, {str(a): 2}), s
+    (tmp_path / "a-away").rename(a)
+    os.rename(one, tmp_path / "t.bmp")                   # the two swap names; sizes and mtimes are equal
+    os.rename(two, one)
+    os.rename(tmp_path / "t.bmp", two)
+    library.run("index", a, "--rebuild", "-q")
+    for path in (one, two):
+        assert_true_to_its_bytes(library, path)

@@ -225,6 +225,7 @@ class IndexRun(ContentReuse):
         for root, key in zip(self.roots, self.root_keys):
             if not os.path.lexists(root) and not any(is_under(k, [key]) for k in indexed):
                 raise StoreError(f"no such folder: {root}")
+        self.indexed_keys = indexed
         self.reach = reach.decide(self.roots, found.keys(), problems, indexed, self.store.meta(),
                                   self.scanned_mounts, self.prune)
         if self.old_vectors is not None:
@@ -260,7 +261,7 @@ class IndexRun(ContentReuse):
         offline = self.offline_roots(found, problems, rows)
         raw_skip = raw_hint() if problems else None
         waiting_for_extra = any(p.reason == raw_skip for p in problems)   # listed as skipped, with the hint
-        if not found and not waiting_for_extra and not any(is_under(k, self.root_keys) for k in rows):
+        if not found and not waiting_for_extra and not any(is_under(k, self.root_keys) for k in self.indexed_keys):
             from .scan import photo_suffixes
 
             raise NoPhotos(f"no photos under {', '.join(self.roots)} "

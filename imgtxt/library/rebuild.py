@@ -21,7 +21,16 @@ from .store import DB_NAME, Store, write_folders
 
 PREVIEWS = "previews"          # meta key: "1" once any run embedded photos' previews (--previews) into the index
 CARRIED = "rebuild_carried"   # meta key of a rebuild database that holds the old one's other folders already
-COLUMNS = "id, path, path_bytes, size, mtime_ns, hash, width, height, embedding, model_id, indexed_at"
+# A row's columns as carried; the file's stamp (inode, ctime) too, so a carried photo is never trusted by size and
+# mtime alone (an index from before stamps gives NULL: trusted once, then stamped).
+COLUMNS = "id, path, path_bytes, size, mtime_ns, hash, width, height, embedding, model_id, indexed_at, ino, ctime_ns"
+MARKS = ", ".join("?" * 13)
+
+
+def _select(conn: sqlite3.Connection) -> str:
+    """COLUMNS as the old database can give them (no stamps before schema v5)."""
+    names = {row[1] for row in conn.execute("PRAGMA table_info(photos)")}
+    return COLUMNS if "ino" in names else COLUMNS.replace("ino, ctime_ns", "NULL, NULL")
 
 
 def open_old(index_dir: Path) -> sqlite3.Connection | None:
@@ -80,12 +89,12 @@ def carry_over(store: Store, old: sqlite3.Connection | None, root_keys: list[str
             problems.append(str(e).splitlines()[0] if str(e) else "a damaged page")
         folders = [f for f in meta_folders(meta) if not is_under(f, root_keys)]
         with store.db.atomic():
-            for row in _rows(old, f"SELECT {COLUMNS} FROM photos ORDER BY id", problems):
+            for row in _rows(old, f"SELECT {_select(old)} FROM photos ORDER BY id", problems):
                 key = _key(row[1], row[2])
                 if key is None or is_under(key, root_keys) or not isinstance(row[8], bytes):
                     continue
-                store.db.execute(f"INSERT OR IGNORE INTO photos ({COLUMNS}, generation) "
-                                 f"VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)", [row[0], key, *row[2:]])
+                store.db.execute(f"INSERT OR IGNORE INTO photos ({COLUMNS}, generation) VALUES ({MARKS}, 1)",
+                                 [row[0], key, *row[2:]])
                 kept += 1
             for path, raw, size, mtime_ns, reason, seen in _rows(
                     old, "SELECT path, path_bytes, size, mtime_ns, reason, seen_at FROM skipped", problems):
@@ -148,7 +157,7 @@ class OldVectors:
         if self.source is None:
             return None
         try:
-            row = self.source.execute(f"SELECT {COLUMNS} FROM photos WHERE path = ?", [key]).fetchone()
+            row = self.source.execute(f"SELECT {_select(self.source)} FROM photos WHERE path = ?", [key]).fetchone()
         except sqlite3.Error:
             self.source = None
             return None
@@ -160,7 +169,7 @@ class OldVectors:
         if self.source is None or not folders:
             return
         try:
-            for row in self.source.execute(f"SELECT {COLUMNS} FROM photos"):
+            for row in self.source.execute(f"SELECT {_select(self.source)} FROM photos"):
                 key = _key(row[1], row[2])
                 if key is not None and is_under(key, folders) and isinstance(row[8], bytes):
                     self.insert(store, (key, *row[2:]))
@@ -170,7 +179,7 @@ class OldVectors:
     def insert(self, store: Store, row: tuple) -> None:
         """One old row into the new database under a new id (ids the rebuild gave out are not reused)."""
         cursor = store.db.execute(f"INSERT OR IGNORE INTO photos ({COLUMNS.removeprefix('id, ')}, generation) "
-                                  f"VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)", list(row))
+                                  f"VALUES ({MARKS[3:]}, 1)", list(row))
         self.kept += max(cursor.rowcount, 0)
         store.db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('vectors_dirty', '1')")
 
