@@ -444,3 +444,25 @@ def test_a_rebuild_while_the_only_root_is_unplugged_keeps_it_and_its_stamps(libr
     library.run("index", a, "--rebuild", "-q")
     for path in (one, two):
         assert_true_to_its_bytes(library, path)
+
+
+def test_a_photo_skipped_as_unreadable_is_indexed_once_it_can_be_read(library, tmp_path, monkeypatch):
+    """Found by the stateful test: chmod 000, a run (skipped), chmod back: neither size nor mtime changed, and the
+    photo was never tried again."""
+    from imgtxt.library import photo_work
+
+    folder = tmp_path / "p"
+    locked = write_photo(folder / "a.jpg", seed=1)
+    write_photo(folder / "b.jpg", seed=2)
+    real = photo_work.regular_opener
+
+    def opener(path, flags=os.O_RDONLY):
+        if os.fspath(path) == str(locked):
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        return real(path, flags)
+    with monkeypatch.context() as m:
+        m.setattr(photo_work, "regular_opener", opener)
+        s = summary_of(library.run("index", folder, "--json", "-q"))
+        assert (s["indexed"], s["skipped_reasons"]) == (1, {"permission denied": 1}), s
+    s = summary_of(library.run("index", folder, "--json", "-q"))   # readable again
+    assert (s["indexed"], s["skipped"]) == (2, 0), s

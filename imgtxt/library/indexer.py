@@ -62,6 +62,8 @@ class NoPhotos(StoreError):
 
 
 CNN_BATCH_MAX = 64   # photos per CNN call, whatever --batch-size: memory stays bounded
+# Skips that say nothing of the bytes (a chmod back changes neither size nor mtime): tried again on every run.
+RETRIED = ("permission denied", "unreadable")
 
 
 # --------------------------------------------------------------------------------- the run
@@ -283,7 +285,8 @@ class IndexRun(ContentReuse):
                 continue  # unchanged, counted above
             row = rows.get(key)
             old_skip = skipped.get(key)
-            if row is None and old_skip and (old_skip["size"], old_skip["mtime_ns"]) == (entry.size, entry.mtime_ns):
+            if row is None and old_skip and (old_skip["size"], old_skip["mtime_ns"]) == (entry.size, entry.mtime_ns) \
+                    and not old_skip["reason"].startswith(RETRIED):
                 self.summary.skipped[key] = old_skip["reason"]  # known bad and unchanged: not retried
                 continue
             work.append(Work(entry.path, entry.size, entry.mtime_ns, row, stamp=(entry.ino, entry.ctime_ns)))
