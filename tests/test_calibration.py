@@ -292,3 +292,24 @@ def test_fit_thresholds_on_a_gallery_with_tied_runner_ups_by_hand():
     assert c.score_at(c.possible) == pytest.approx(0.6 + 1e-6, abs=1e-9)
     removed = calibrate.measure(c, scores, np.arange(4))["own_photo_removed"]
     assert removed == {"strong": 0.0, "possible": 0.0, "weak": 100.0}
+
+
+def test_fit_edges_the_whole_share_and_bad_arguments():
+    scores = np.array([0.3, 0.9, 0.1, 0.5])
+    assert calibrate.score_above_share(scores, 1.0) == pytest.approx(0.1)   # everything through: the lowest score
+    gallery = np.array([[0.9, 0.2, 0.1, 0.3],
+                        [0.4, 0.8, 0.2, 0.1],
+                        [0.7, 0.1, 0.5, 0.2],
+                        [0.3, 0.2, 0.1, 0.6]])
+    own = np.arange(4)
+    for strong, possible in ((0.0, 0.0), (0.25, 0.25), (0.5, 1.0)):          # the bounds are allowed
+        calibrate.fit(gallery, own, top=1, strong_false=strong, possible_false=possible)
+    for strong, possible in ((-0.1, 0.5), (0.6, 0.5), (0.1, 1.5)):
+        with pytest.raises(ValueError) as error:
+            calibrate.fit(gallery, own, top=1, strong_false=strong, possible_false=possible)
+        assert str(error.value) == "the shares must satisfy 0 <= strong <= possible <= 1"
+    # scores 100 times larger: the same fit with a slope 100 times smaller (below 1 here), still accepted
+    small = calibrate.fit(gallery * 100, own, top=1, strong_false=0.25, possible_false=0.5)
+    assert 0 < small.slope < 1 and small.score_at(small.strong) == pytest.approx(55.0)
+    with pytest.raises(ValueError, match="higher scores are not better matches"):
+        calibrate.fit(-gallery, own, top=4, strong_false=0.25, possible_false=0.5)   # own photos score lowest

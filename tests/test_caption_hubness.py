@@ -40,6 +40,10 @@ def test_the_fit_demotes_a_hub_caption():
     chosen, table = fit_caption_hubness(photos, captions, reference)
     assert table[0]["weight"] == 0 and table[0]["i2t"][0] == 50.0
     assert chosen["weight"] > 0 and max(r["i2t_sum"] for r in table) == 300.0
+    # top_k 5 reaches only the hub's five reference twins: its offset 1 is above the centre, the others' are not;
+    # every weight from 0.5 demotes it (300), and the rule keeps the smallest
+    assert (chosen["top_k"], chosen["weight"]) == (5, 0.5)
+    assert [r["i2t_sum"] for r in table if r["top_k"] == 5] == [250.0, 300.0, 300.0, 300.0, 300.0]
     top_k = chosen["top_k"]
     offsets = np.sort(captions @ reference.T, axis=1)[:, -top_k:].mean(axis=1)
     assert chosen["center"] == pytest.approx(float(np.median(offsets)), abs=1e-4)
@@ -206,6 +210,12 @@ def test_the_photo_gate_fit_keeps_the_smallest_gain_with_the_best_recall():
     by_gain = {r["gain"]: r["i2t_sum"] for r in table}
     assert by_gain[0.0] == 100.0 and by_gain[0.5] == by_gain[3.0] == 200.0
     assert gate["gain"] == 0.5
+    # The chosen hubness's penalties are subtracted: 0.3 off photo 1's captions puts them at 0.45 with photo 0,
+    # below photo 0's own 0.7 without any gate, so every gain ties at 200 and the smallest (0) is kept. (Added
+    # instead, they would score 1.05 and only gains from 2 would lift photo 0's captions above them.)
+    penalties = np.array([0.0] * 5 + [0.3] * 5, np.float32)
+    gate, table = fit_photo_gate(photos, captions, penalties, slice(2, 4), class_vectors)
+    assert {r["i2t_sum"] for r in table} == {200.0} and gate["gain"] == 0.0
 
 
 def _with_photo_gate(model, gate):

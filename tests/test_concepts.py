@@ -227,3 +227,26 @@ def test_choose_weights_on_a_split_where_the_conse_part_changes_nothing():
     top1 = b.class_probabilities(raw).max(axis=1).mean()
     last = rows[-1]
     assert last["mean_scale"] == pytest.approx(max(WEIGHTS) + max(CONFIDENCE_WEIGHTS) * top1, abs=1e-3)
+
+
+def test_choose_weights_adds_the_conse_part_that_finds_the_right_photos():
+    """No joint signal at all (zero joint scores); the classifier sees class 0 in photos 0 and 2, class 1 in photos
+    1 and 3, and each photo's captions name its class. Added to the scores, the ConSE part ranks each photo's
+    captions (and its class twin's) first: every (weight, confidence weight) but (0, 0) beats chance by the same
+    margin, and the rule takes the most ConSE say."""
+    from types import SimpleNamespace
+
+    from imgtxt.research.concepts_fit import CONFIDENCE_WEIGHTS, WEIGHTS, choose_weights
+
+    raw = np.zeros((4, 5), np.float32)
+    raw[[0, 2], 1] = 5.0
+    raw[[1, 3], 2] = 5.0                                    # logits read from raw[:, 1:3] (raw_slice [1, 3])
+    text = np.zeros((20, 5), np.float32)
+    text[:, 3:] = np.repeat(np.array([[1, 0], [0, 1], [1, 0], [0, 1]], np.float32), 5, axis=0)
+    model = SimpleNamespace(config={"joint": {"embed_dim": 3}}, image_features=lambda r: r[:, :3],
+                            encode_image_features=lambda x: x, encode_text=lambda captions: text)
+    w, cw, rows = choose_weights(model, bridge(), raw, [""] * 20, log=lambda m: None)
+    none = rows[0]
+    assert (none["weight"], none["confidence_weight"]) == (0.0, 0.0)
+    assert len({r["rsum"] for r in rows[1:]}) == 1 and rows[1]["rsum"] > none["rsum"] + 50
+    assert (w, cw) == (max(WEIGHTS), max(CONFIDENCE_WEIGHTS))
