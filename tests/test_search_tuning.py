@@ -9,7 +9,7 @@ import pytest
 from test_concepts import save_with_bridge, tiny_minilm_model  # noqa: F401  (a fixture)
 
 from imgtxt.errors import ModelError
-from imgtxt.model import concepts, search_tuning
+from imgtxt.model import search_tuning
 from imgtxt.research import search_fit
 
 
