@@ -16,7 +16,7 @@ from pathlib import Path
 
 from imgtxt.errors import ImgtxtError
 from imgtxt.model.images import ImageError, NotRegularFile
-from imgtxt.paths import cache_dir, writing
+from imgtxt.paths import cache_dir, private_dirs, writing
 from imgtxt.safe_text import printable
 
 from .photo_work import read_photo
@@ -47,14 +47,7 @@ def private_folder(folder: Path) -> Path:
     """`folder` and the missing folders above it created 0700; the thumbnails folder itself made 0700 even
     when an older version created it open (its files were then readable by anyone)."""
     thumbnails = cache_dir() / "thumbnails"
-    missing = [folder]
-    while not missing[-1].parent.exists():
-        missing.append(missing[-1].parent)
-    for each in reversed(missing):
-        try:
-            each.mkdir(mode=0o700)
-        except FileExistsError:   # made by another thread in the meantime
-            pass
+    private_dirs(folder)
     if thumbnails.stat().st_mode & 0o077:
         os.chmod(thumbnails, 0o700)
     return folder
