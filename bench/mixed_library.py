@@ -16,7 +16,8 @@ Every score is the one `imgtxt search` gives (photos through the model's CNN run
 query through the numpy text encoder with the query gate). For each kind: R@1/5/10 in the mixed gallery and in
 its own (captions and phrases among the Flickr8k photos, object queries among the object photos), then each
 query's top result as the model's levels rate it: of the strong ones, how many are right; of the right ones, how
-many are strong; with the query's right photos removed from the gallery, how often the top result is not strong.
+many are strong; with the query's right photos removed from the gallery, how often the top result is not strong;
+and the same in small libraries (`--small`: random galleries of 20 and 100 photos drawn from the mixed one).
 A model with a per-query search confidence (imgtxt calibrate-search) is rated by it, else by its plain score
 calibration. This benchmark is a dev set: the per-query confidence is fitted on it (out-of-sample figures:
 `imgtxt calibrate-search --dry-run`).
@@ -61,7 +62,39 @@ def own_gallery(bench, flickr_photos: int):
     return dataclasses.replace(bench, scores=scores)
 
 
-def run(model_dir: Path, data_dir: str, photos: Path, queries: Path) -> dict:
+def small_galleries(bench, calibration, size: int, seed: int = 0) -> dict:
+    """The levels in small libraries: each query searched in a random gallery of `size` photos that holds one of its
+    right photos, and in one that holds none of them (seeded draws from the mixed gallery). Per kind: of the top
+    results called strong, the share right; of the right top results, the share strong; with no right photo, the
+    share whose top result is not strong (%)."""
+    rng = np.random.default_rng(seed)
+    photos = np.arange(bench.scores.shape[1])
+    rows: dict = {}
+    for q, kind in enumerate(bench.kinds):
+        right = sorted(bench.right[q])
+        others = np.setdiff1d(photos, right)
+        with_right = np.concatenate([[rng.choice(right)], rng.choice(others, size - 1, replace=False)])
+        without = rng.choice(others, size, replace=False)
+        top = with_right[np.argmax(bench.scores[q, with_right])]
+
+        def level(score):
+            return calibration.level(calibration.confidence(bench.above([q], [score])[0]))
+
+        rows.setdefault(kind, []).append((top in bench.right[q], level(bench.scores[q, top]),
+                                          level(bench.scores[q, without].max()) != "strong"))
+    out = {}
+    for kind, r in rows.items():
+        right, levels, absent = (np.array(c) for c in zip(*r))
+        strong = levels == "strong"
+        out[kind] = {"queries": len(r), "r1": round(100 * float(right.mean()), 1),
+                     "strong_right": round(100 * float(right[strong].mean()), 1) if strong.any() else None,
+                     "right_strong": round(100 * float(strong[right].mean()), 1) if right.any() else None,
+                     "right_possible": round(100 * float((levels[right] != "weak").mean()), 1) if right.any() else None,
+                     "removed_not_strong": round(100 * float(absent.mean()), 1)}
+    return out
+
+
+def run(model_dir: Path, data_dir: str, photos: Path, queries: Path, small: tuple[int, ...] = ()) -> dict:
     from imgtxt.model.calibration import Calibration
     from imgtxt.model.modelfile import TrainedModel
     from imgtxt.model.search_confidence import of_model
@@ -73,6 +106,8 @@ def run(model_dir: Path, data_dir: str, photos: Path, queries: Path) -> dict:
     bench = fitting.build(model, "flickr8k", data_dir, reference, "val", queries, photos, quiet=True)
     per_query = of_model(model)
     if per_query is not None:
+        form = fitting.Form(per_query.rank, per_query.concept_weight, per_query.concept_scale)
+        bench = fitting.with_baseline(bench, form)
         calibration, rated_by = per_query.calibration, "per-query search confidence"
     else:   # the plain calibration reads raw scores: a baseline of 0 for every query
         bench = dataclasses.replace(bench, baselines=np.zeros_like(bench.baselines))
@@ -81,13 +116,14 @@ def run(model_dir: Path, data_dir: str, photos: Path, queries: Path) -> dict:
     mixed = fitting.measure(calibration, bench)
     own = fitting.measure(calibration, own_gallery(bench, flickr))
     return {"model": str(model_dir), "model_id": model.model_id, "rated_by": rated_by, "photos": bench.photos,
-            "mixed": mixed, "own": own}
+            "mixed": mixed, "own": own,
+            "small": {size: small_galleries(bench, calibration, size) for size in small if size < bench.photos}}
 
 
 def print_result(r: dict) -> None:
     print(f"\n{r['model_id']} ({r['rated_by']}); {r['photos']} photos")
     print(f"{'kind':<10}{'queries':>8}{'R@1/5/10 mixed':>22}{'R@1/5/10 own':>22}{'strong right':>14}"
-          f"{'right strong':>14}{'removed, not strong':>21}")
+          f"{'right strong':>14}{'right >= possible':>19}{'removed, not strong':>21}")
 
     def recalls(f):
         return f"{f['r1']:.1f} / {f['r5']:.1f} / {f['r10']:.1f}"
@@ -97,7 +133,14 @@ def print_result(r: dict) -> None:
 
     for kind, f in r["mixed"].items():
         print(f"{kind:<10}{f['queries']:>8}{recalls(f):>22}{recalls(r['own'][kind]):>22}"
-              f"{pct(f['strong_right']):>14}{pct(f['right_strong']):>14}{pct(f['removed_not_strong']):>21}")
+              f"{pct(f['strong_right']):>14}{pct(f['right_strong']):>14}{pct(f['right_possible']):>19}"
+              f"{pct(f['removed_not_strong']):>21}")
+    for size, figures in r["small"].items():
+        print(f"in random galleries of {size} photos:")
+        for kind, f in figures.items():
+            print(f"{kind:<10}{f['queries']:>8}{'R@1 ' + pct(f['r1']):>22}{'':>22}"
+                  f"{pct(f['strong_right']):>14}{pct(f['right_strong']):>14}{pct(f['right_possible']):>19}"
+                  f"{pct(f['removed_not_strong']):>21}")
 
 
 def main() -> None:
@@ -107,6 +150,8 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "imgtxt-mixed-library",
                         help="where the object photos and the queries file are kept between runs")
     parser.add_argument("--write-queries-only", action="store_true", help="copy the photos, write the queries file")
+    parser.add_argument("--small", default="20,100",
+                        help="also rate the levels in random galleries of these sizes (comma-separated; '' for none)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     try:
@@ -120,7 +165,13 @@ def main() -> None:
             raise object_devset.DevSetError("--data-dir is required (Flickr8k)")
         from imgtxt import paths
 
-        results = [run(m, args.data_dir, photos, queries) for m in (args.model or [paths.default_model_dir()])]
+        try:
+            small = tuple(int(n) for n in args.small.split(",") if n.strip())
+        except ValueError:
+            raise object_devset.DevSetError(f"--small takes gallery sizes such as 20,100, not {args.small!r}") from None
+        if any(n < 2 for n in small):
+            raise object_devset.DevSetError("--small: a gallery needs at least 2 photos")
+        results = [run(m, args.data_dir, photos, queries, small) for m in (args.model or [paths.default_model_dir()])]
     except object_devset.DevSetError as e:
         raise SystemExit(f"mixed_library: {e}") from None
     if args.json:

@@ -36,12 +36,42 @@ def test_baseline_is_the_ranked_reference_score_and_confidence_reads_the_differe
     assert search_confidence.SearchConfidence(Calibration(1, 0, .8, .4), reference, rank=10).rank == 4
 
 
+def test_the_baseline_rises_with_the_weight_of_the_query_concept_part():
+    # vectors: one joint coordinate, then a two-wide ConSE part
+    reference = np.array([[1.0, 0.0, 0.0], [0.5, 1.0, 0.0], [0.0, 0.0, 1.0]], np.float32)
+    confidence = search_confidence.SearchConfidence(Calibration(4.0, -2.0, 0.7, 0.3), reference, rank=1,
+                                                    concept_weight=0.2, concepts=slice(1, 3))
+    query = np.array([0.5, 0.3, 0.4], np.float32)   # reference scores 0.5, 0.55, 0.4; ConSE part's norm 0.5
+    assert confidence.baseline(query) == pytest.approx(0.55 + 0.2 * 0.5)
+    # within one query a higher score never gets a lower confidence or level
+    scores = [0.2, 0.6, 0.9, 1.0, 1.5]
+    confidences = [confidence.confidence(s, 0.65) for s in scores]
+    assert confidences == sorted(confidences) and confidences[1] == pytest.approx(sigmoid(4.0 * -0.05 - 2.0))
+    order = {"weak": 0, "possible": 1, "strong": 2}
+    levels = [order[confidence.level(c)] for c in confidences]
+    assert levels == sorted(levels) and levels[0] == 0 and levels[-1] == 2
+    # without a ConSE part (an empty slice) the weight changes nothing
+    plain = search_confidence.SearchConfidence(Calibration(4.0, -2.0, 0.7, 0.3), reference, rank=1,
+                                               concept_weight=0.2, concept_scale=3.0)
+    assert plain.of_query(query) == pytest.approx((0.55, 1.0))
+    # a concept scale of 2: the margin is divided by 1 + 2 x 0.5 = 2
+    scaled = search_confidence.SearchConfidence(Calibration(4.0, -2.0, 0.7, 0.3), reference, rank=1,
+                                                concept_weight=0.2, concepts=slice(1, 3), concept_scale=2.0)
+    baseline, scale = scaled.of_query(query)
+    assert (baseline, scale) == (pytest.approx(0.65), pytest.approx(2.0))
+    assert scaled.confidence(1.05, baseline, scale) == pytest.approx(sigmoid(4.0 * 0.2 - 2.0))
+    # strong from 0.7: 4x - 2 = ln(7/3) -> x = (2 + ln(7/3)) / 4, times the scale, above the baseline
+    assert scaled.score_at("strong", baseline, scale) == pytest.approx(0.65 + 2 * (2 + math.log(7 / 3)) / 4)
+
+
 # ------------------------------------------------------------------------------------------- the fit
 
-def bench(kinds, scores, right, baselines=None):
+def bench(kinds, scores, right, baselines=None, reference_top=None, concepts=None):
     scores = np.array(scores, np.float32)
     return fitting.Benchmark(scores, np.zeros(len(scores)) if baselines is None else np.array(baselines, float),
-                             [frozenset(r) for r in right], list(kinds), scores.shape[1])
+                             [frozenset(r) for r in right], list(kinds), scores.shape[1],
+                             None if reference_top is None else np.array(reference_top, float),
+                             None if concepts is None else np.array(concepts, float))
 
 
 def test_subject_removed_and_top_results_are_measured_above_the_baseline():
@@ -73,11 +103,65 @@ def test_levels_are_set_by_the_strictest_kind():
     many = [[1.0, 0.1 * (i + 1), 0.0] for i in range(10)]
     few = [[1.0, 0.95, 0.0], [1.0, 0.05, 0.0]]
     b = bench(["many"] * 10 + ["few"] * 2, many + few, [{0}] * 12)
-    c = fitting.fit(b, strong_removed=0.10, possible_removed=0.50)
+    c = fitting.fit(b, strong_removed=0.10, possible_removed=0.50).calibration
     assert c.score_at(c.strong) == pytest.approx(max(0.95, 0.95 + 1e-6), abs=1e-7)
     # possible (at most half): many -> between 0.6 and 0.5 = 0.55; few -> 1 of 2 -> between 0.95 and 0.05 = 0.5
     assert c.score_at(c.possible) == pytest.approx(0.55, abs=1e-6)
     assert calibrate.score_above_share(np.array([0.95, 0.05]), 0.1) == pytest.approx(0.95 + 1e-6)
+
+
+def form_bench():
+    """Two sentences (ConSE weight 0) and two names (ConSE weight 2); every reference score 0 (rank 1 only).
+    sentence 1: right photo 0.5, other 0.2; sentence 2: right 0.46, other 0.1;
+    name 1: right 0.8, other 0.6; name 2: other 0.7 above right 0.3."""
+    scores = [[0.5, 0.2], [0.46, 0.1], [0.8, 0.6], [0.3, 0.7]]
+    return bench(["sentence", "sentence", "name", "name"], scores, [{0}] * 4,
+                 reference_top=np.zeros((4, 1)), concepts=[0, 0, 2, 2])
+
+
+def test_the_baseline_form_is_chosen_by_how_close_the_levels_come_to_the_targets(monkeypatch):
+    monkeypatch.setattr(fitting, "CONCEPT_WEIGHTS", (0.0, 0.1))
+    monkeypatch.setattr(fitting, "CONCEPT_SCALES", (0.0,))
+    b = form_bench()
+    # Both levels let at most 1 of each kind's 2 subject-removed tops through (0.5 and 0.5).
+    # weight 0: removed tops sentence 0.2, 0.1 -> threshold 0.15; name 0.7, 0.6 -> 0.65. The strictest, 0.65: no
+    #   sentence is strong (0 for that kind); both names are (0.8 right, 0.7 wrong): precision 50% (50/90 of its
+    #   target), recall 100% (capped at 1) -> 0.7778; mean 0.3889. Right tops at least possible: sentences 0 of
+    #   2, names 1 of 1 -> mean 0.5, which adds 0.5 x 0.5.
+    # weight 0.1: names' baseline 0.2: tops 0.6, 0.5, removed 0.5, 0.4 -> 0.45; strictest 0.45: both sentences
+    #   strong and right (1), names as before (0.7778): mean 0.8889; every right top possible: + 0.5 x 1.
+    score, right, removed = fitting.top_one(b, np.arange(4))
+    kinds = np.array(b.kinds)
+    assert fitting.POSSIBLE_SAY == 0.5
+    assert fitting.target_score(score, right, removed, kinds, 0.5, 0.5) == pytest.approx(
+        (0 + (50 / 90 + 1) / 2) / 2 + 0.5 * 0.5)
+    form, table = fitting.choose_form(b, np.arange(4), 0.5, 0.5)
+    assert form == fitting.Form(1, 0.1, 0.0)
+    assert table == [{"rank": 1, "concept_weight": 0.1, "concept_scale": 0.0,
+                      "target_score": round((1 + (50 / 90 + 1) / 2) / 2 + 0.5, 4)}]
+    fitted = fitting.fit(b, strong_removed=0.5, possible_removed=0.5)
+    assert fitted.form == fitting.Form(1, 0.1, 0.0)
+    # strong from the strictest kind's threshold, 0.45 above the baseline
+    assert fitted.calibration.score_at(fitted.calibration.strong) == pytest.approx(0.45, abs=1e-6)   # float32 scores
+    given = fitting.fit(b, strong_removed=0.5, possible_removed=0.5, form=fitting.Form(1))
+    assert (given.form, given.table) == (fitting.Form(1, 0.0, 0.0), [])
+    assert given.calibration.score_at(given.calibration.strong) == pytest.approx(0.65, abs=1e-6)
+    assert fitting.with_baseline(b, fitting.Form(1, 0.1)).baselines.tolist() == pytest.approx([0, 0, 0.2, 0.2])
+
+
+def test_a_concept_scale_divides_the_margin_of_queries_that_lean_on_the_concept_part(monkeypatch):
+    monkeypatch.setattr(fitting, "CONCEPT_WEIGHTS", (0.0,))
+    monkeypatch.setattr(fitting, "CONCEPT_SCALES", (0.0, 1.0))
+    b = fitting.with_baseline(form_bench(), fitting.Form(1, 0.0, 1.0))
+    assert b.scales.tolist() == [1, 1, 3, 3]   # 1 + 1.0 x the ConSE weight (0, 0, 2, 2)
+    # names' tops 0.8 and 0.7 become 0.2667 and 0.2333; with the right photos removed 0.2 and 0.2333
+    assert fitting.subject_removed(b, np.arange(4)).tolist() == pytest.approx([0.2, 0.1, 0.2, 0.7 / 3], abs=1e-6)
+    x, y, query = fitting.top_results(b, np.array([2]), top=2)
+    assert x.tolist() == pytest.approx([0.8 / 3, 0.6 / 3], abs=1e-6)
+    # scale 1: the names' threshold falls between 0.2333 and 0.2, the strictest; the sentences (0.5, 0.46) are
+    # strong and right; names as with weight 0.1 above: 0.8889 + 0.5 -> chosen over scale 0 (0.6389)
+    form, table = fitting.choose_form(form_bench(), np.arange(4), 0.5, 0.5)
+    assert form == fitting.Form(1, 0.0, 1.0) and table[0]["target_score"] == pytest.approx(1.3889, abs=1e-4)
 
 
 def test_measure_per_kind_by_hand():
@@ -86,7 +170,7 @@ def test_measure_per_kind_by_hand():
     f = fitting.measure(c, b)["k"]
     # ranks 1, 2, 1; tops 0.9 (right, strong), 0.8 (wrong, strong), 0.75 (right, strong)
     assert (f["r1"], f["r5"]) == (pytest.approx(66.7), 100.0)
-    assert f["strong_right"] == pytest.approx(66.7) and f["right_strong"] == 100.0
+    assert f["strong_right"] == pytest.approx(66.7) and f["right_strong"] == 100.0 and f["right_possible"] == 100.0
     # subject removed: 0.5 (possible), 0.8 (strong), 0.3 (weak) -> 2 of 3 not strong, 1 of 3 weak
     assert f["removed_not_strong"] == pytest.approx(66.7) and f["removed_weak"] == pytest.approx(33.3)
 
@@ -180,6 +264,10 @@ def test_writing_needs_a_calibrated_model(tiny_model_dir, tmp_path):
     ({"rank": 0}, "rank must be a positive integer"),
     ({"rank": True}, "rank must be a positive integer"),
     ({"file": None}, "needs its file and sha256"),
+    ({"concept_weight": "0.1"}, "concept_weight must be a number"),
+    ({"concept_weight": float("nan")}, "concept_weight must be a number"),
+    ({"concept_weight": True}, "concept_weight must be a number"),
+    ({"concept_scale": -1}, "concept_scale must be a number of at least 0"),
 ])
 def test_a_bad_search_section_is_named_and_ignored(change, reason):
     section = {"feature": "above_reference", "rank": 10, "file": "query_reference.safetensors", "sha256": "x"}

@@ -201,17 +201,25 @@ def tune_captions(model, dataset, data_dir, split, dry_run, quiet):
               help="At most this share of any kind's queries whose right photos are removed get a strong top result.")
 @click.option("--possible-removed", type=click.FloatRange(0, 1), default=0.50, show_default=True,
               help="... and at most this share a possible (or strong) one.")
+@click.option("--rank", type=click.IntRange(1, 100), default=None,
+              help="Fix the baseline's form: the query's RANK-th best reference score (default: the form that comes "
+                   "closest to the targets on the benchmark is chosen).")
+@click.option("--concept-weight", type=click.FloatRange(0), default=0.0,
+              help="With --rank: raise the baseline by this much per unit of the query's ConSE weight.")
+@click.option("--concept-scale", type=click.FloatRange(0), default=0.0,
+              help="With --rank: divide score - baseline by 1 + this x the query's ConSE weight.")
 @click.option("--dry-run", is_flag=True, help="Print the figures; leave the model as it is.")
 @quiet_opt
 def calibrate_search(model, dataset, data_dir, split, queries_file, photos_dir, strong_removed, possible_removed,
-                     dry_run, quiet):
+                     rank, concept_weight, concept_scale, dry_run, quiet):
     """Fit the per-query confidence of search results.
 
-    A result is measured by its score above the query's own baseline over reference photos (the training split's,
-    one in 6, stored with the model as query_reference.safetensors), so that levels mean the same for a caption,
-    a short phrase and a thing's name. Fitted on a benchmark that mixes query kinds (the split's captions, short
-    phrases from them, and the kinds of --queries), written into MODEL/model.json ("calibration.search"). Run
-    `imgtxt calibrate` first.
+    A result is measured by its score above the query's own baseline: its rank-th best score over reference photos
+    (the training split's, one in 6, stored with the model as query_reference.safetensors), raised for queries
+    that lean on the ConSE part (and their margins scaled down); so levels mean the same for a caption, a short
+    phrase and a thing's name. Fitted on a benchmark that mixes query kinds (the split's captions, short phrases
+    from them, and the kinds of --queries), the baseline's form included, and written into MODEL/model.json
+    ("calibration.search"). Run `imgtxt calibrate` first.
 
     MODEL is a model folder (default: $IMGTXT_MODEL, else the shipped model).
     """
@@ -220,19 +228,28 @@ def calibrate_search(model, dataset, data_dir, split, queries_file, photos_dir, 
 
     if strong_removed > possible_removed:
         raise UsageError("--strong-removed must not exceed --possible-removed")
+    if rank is None and (concept_weight or concept_scale):
+        raise UsageError("--concept-weight and --concept-scale fix the form with --rank")
+    form = None if rank is None else fitting.Form(rank, concept_weight, concept_scale)
 
     def run(loaded, folder):
         if loaded.calibration is None:
             raise ValueError(f"{loaded.folder}: run `imgtxt calibrate` first (captions keep that calibration)")
         reference = fitting.reference_vectors(loaded, dataset, folder, quiet)
         bench = fitting.build(loaded, dataset, folder, reference, split, queries_file, photos_dir, quiet)
-        calibration = fitting.fit(bench, None, strong_removed, possible_removed)
-        return reference, bench, calibration
+        fitted = fitting.fit(bench, None, strong_removed, possible_removed, form)
+        return reference, bench, fitted
 
-    loaded, (reference, bench, calibration) = _fit_on_split("calibrate-search", model, dataset, data_dir, split, run)
-    figures = fitting.measure(calibration, bench)
-    held = fitting.held_out(bench, strong_removed, possible_removed)
-    click.echo(f"confidence = 1 / (1 + exp(-({calibration.slope:.4f} * (score - baseline) "
+    loaded, (reference, bench, fitted) = _fit_on_split("calibrate-search", model, dataset, data_dir, split, run)
+    for row in fitted.table:
+        click.echo(f"baseline rank {row['rank']:>3}: best concept weight {row['concept_weight']:.3f}, concept "
+                   f"scale {row['concept_scale']:.2f}, target score {row['target_score']:.4f}")
+    calibration, chosen = fitted.calibration, fitted.form
+    figures = fitting.measured(fitted, bench)
+    held = fitting.held_out(bench, strong_removed, possible_removed, form)
+    click.echo(f"baseline = the query's best reference score at rank {chosen.rank} + {chosen.concept_weight:.3f} c, "
+               f"scale = 1 + {chosen.concept_scale:.2f} c (c: the query's ConSE weight)")
+    click.echo(f"confidence = 1 / (1 + exp(-({calibration.slope:.4f} * (score - baseline) / scale "
                f"{'-' if calibration.intercept < 0 else '+'} {abs(calibration.intercept):.4f}))); strong from "
                f"{calibration.strong:.4f}, possible from {calibration.possible:.4f}")
     click.echo(fitting.format_figures(figures, f"in sample ({bench.photos} photos):"))
@@ -242,10 +259,12 @@ def calibrate_search(model, dataset, data_dir, split, queries_file, photos_dir, 
                      "reference": f"{dataset} train photos, one in {fitting.STRIDE}",
                      "queries": {k: bench.kinds.count(k) for k in dict.fromkeys(bench.kinds)},
                      "strong_removed_max": strong_removed, "possible_removed_max": possible_removed,
-                     "model_id": loaded.model_id}
+                     "form": "given" if form is not None else "chosen",
+                     "forms": fitted.table, "model_id": loaded.model_id}
         try:
-            search_confidence.write(loaded.folder, reference, calibration, fitting.RANK,
-                                    {"fitted_on": fitted_on, "figures": figures, "held_out": held})
+            search_confidence.write(loaded.folder, reference, calibration, chosen.rank,
+                                    {"fitted_on": fitted_on, "figures": figures, "held_out": held},
+                                    chosen.concept_weight, chosen.concept_scale)
         except (OSError, ValueError) as e:
             raise ImgtxtError(f"could not write the search confidence into {loaded.folder}: {e}") from None
         click.echo(f"wrote the search confidence into {loaded.folder / 'model.json'}", err=True)

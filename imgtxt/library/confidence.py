@@ -30,7 +30,7 @@ def min_score_of(model, min_score, text: str | None = None) -> tuple[float | Non
     per_query = search_confidence_of(model) if text is not None else None
     if per_query is not None:
         confidence = per_query.calibration.threshold(level)
-        score = per_query.score_at(level, per_query.baseline(encode_query(model, text)))
+        score = per_query.score_at(level, *per_query.of_query(encode_query(model, text)))
     else:
         confidence = model.calibration.threshold(level)
         score = model.calibration.score_at(confidence)
@@ -54,9 +54,9 @@ def rate(model, matches: list, min_confidence: float | None = None, text: str | 
         return matches
     per_query = search_confidence_of(model) if text is not None else None
     if per_query is not None:
-        baseline = per_query.baseline(encode_query(model, text))
+        baseline, scale = per_query.of_query(encode_query(model, text))
         for m in matches:
-            m.confidence = per_query.confidence(m.score, baseline)
+            m.confidence = per_query.confidence(m.score, baseline, scale)
             m.level = per_query.level(m.confidence)
     else:
         for m in matches:

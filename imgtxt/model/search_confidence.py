@@ -5,12 +5,18 @@ Raw scores are on different scales for different queries: a thing's name ("a pho
 add to the first, not to the second). One score threshold for every query therefore called almost every object
 result `strong` and almost every scene result `weak`. Here a result is measured by how far it stands above
 what the same query scores against typical photos: the model ships reference photos (its training photos,
-one in `stride`), and a query's `baseline` is its `rank`-th best score over them (the 10th of 1,000: the top
-1%). The confidence is a logistic of score - baseline, fitted on a mixed benchmark of query kinds (`imgtxt
-calibrate-search`, imgtxt/research/search_confidence_fit.py); the levels are thresholds on it.
+one in `stride`), and a query's `baseline` is its `rank`-th best score over them, plus `concept_weight` times the
+weight c of the query's ConSE part (the norm of that part of its vector, which the query gate sets: about 1 for a
+sentence, up to 6 for a thing's name); its `scale` is 1 + `concept_scale` x c. The ConSE part adds score to the
+right photo and to the photos the classifier confuses with it alike, and the reference photos seldom show the
+thing, so the more a query leans on it the higher its bar and the wider its scores spread. The confidence is a
+logistic of (score - baseline) / scale, fitted on a mixed benchmark of query kinds (`imgtxt calibrate-search`,
+imgtxt/research/search_confidence_fit.py, which also chooses rank, concept_weight and concept_scale); the levels
+are thresholds on it. The baseline does not depend on the library: a 6-photo folder
+and a 100,000-photo one rate a result alike, and within one query a higher score never gets a lower level.
 
-model.json "calibration": {..., "search": {"feature": "above_reference", "rank", "slope", "intercept",
-"levels": {"strong", "possible"}, "file", "sha256", "photos", "fitted_on", "figures"}}; the file
+model.json "calibration": {..., "search": {"feature": "above_reference", "rank", "concept_weight", "concept_scale"
+(0 when absent), "slope", "intercept", "levels": {"strong", "possible"}, "file", "sha256", "photos", "fitted_on", "figures"}}; the file
 (query_reference.safetensors) holds "reference" (int8 rows of full search vectors, hubness coordinate included)
 and "reference.scale". Photo -> caption confidence keeps the plain calibration (calibration.py).
 """
@@ -36,6 +42,10 @@ def check_config(section) -> str | None:
     rank = section.get("rank")
     if not isinstance(rank, int) or isinstance(rank, bool) or rank < 1:
         return "calibration.search.rank must be a positive integer"
+    for key in ("concept_weight", "concept_scale"):
+        value = section.get(key, 0.0)
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not np.isfinite(value) or value < 0:
+            return f"calibration.search.{key} must be a number of at least 0"
     if not isinstance(section.get("file"), str) or not isinstance(section.get("sha256"), str):
         return "calibration.search needs its file and sha256"
     return None
@@ -44,28 +54,45 @@ def check_config(section) -> str | None:
 class SearchConfidence:
     """score - baseline(query) -> confidence and level."""
 
-    def __init__(self, calibration: Calibration, reference: np.ndarray, rank: int):
+    def __init__(self, calibration: Calibration, reference: np.ndarray, rank: int, concept_weight: float = 0.0,
+                 concepts: slice = slice(0, 0), concept_scale: float = 0.0):
         self.calibration = calibration
         self.reference = reference   # (M, vector_dim) float32
         self.rank = min(rank, len(reference))
+        self.concept_weight = float(concept_weight)
+        self.concept_scale = float(concept_scale)
+        self.concepts = concepts     # the ConSE part of a query vector (empty without one)
+
+    def of_query(self, query: np.ndarray) -> tuple[float, float]:
+        """(baseline, scale): the query's `rank`-th best score over the reference photos plus concept_weight x c,
+        and 1 + concept_scale x c, c being the weight (norm) of the query's ConSE part."""
+        query = np.asarray(query, np.float32).ravel()
+        scores = self.reference @ query
+        ranked = float(np.partition(scores, len(scores) - self.rank)[len(scores) - self.rank])
+        concepts = float(np.linalg.norm(query[self.concepts]))
+        return ranked + self.concept_weight * concepts, 1.0 + self.concept_scale * concepts
 
     def baseline(self, query: np.ndarray) -> float:
-        """The query's `rank`-th best score over the reference photos."""
-        scores = self.reference @ np.asarray(query, np.float32).ravel()
-        return float(np.partition(scores, len(scores) - self.rank)[len(scores) - self.rank])
+        return self.of_query(query)[0]
 
-    def confidence(self, score: float, baseline: float) -> float:
-        return self.calibration.confidence(score - baseline)
+    def confidence(self, score: float, baseline: float, scale: float = 1.0) -> float:
+        return self.calibration.confidence((score - baseline) / scale)
 
     def level(self, confidence: float) -> str:
         return self.calibration.level(confidence)
 
-    def score_at(self, level: str, baseline: float) -> float:
-        """The lowest score of a level for a query with this baseline (-inf for weak)."""
-        return self.calibration.score_at(self.calibration.threshold(level)) + baseline
+    def score_at(self, level: str, baseline: float, scale: float = 1.0) -> float:
+        """The lowest score of a level for a query with this baseline and scale (-inf for weak)."""
+        return self.calibration.score_at(self.calibration.threshold(level)) * scale + baseline
 
 
-def write(folder: Path | str, reference: np.ndarray, calibration: Calibration, rank: int, extra: dict) -> dict:
+def concept_part(model) -> slice:
+    """Where a model's query vectors hold their ConSE part (empty for a model without one)."""
+    return slice(model.config["joint"]["embed_dim"], model.content_dim)
+
+
+def write(folder: Path | str, reference: np.ndarray, calibration: Calibration, rank: int, extra: dict,
+          concept_weight: float = 0.0, concept_scale: float = 0.0) -> dict:
     """Store the reference rows, then record them and the fit in model.json's calibration section (the file
     first: a crash leaves the old record or the new one, never a record of a half-written file)."""
     import json
@@ -82,7 +109,8 @@ def write(folder: Path | str, reference: np.ndarray, calibration: Calibration, r
     with replacing(folder / FILE) as tmp:
         save_file({"reference": q, "reference.scale": scale}, str(tmp))
         os.chmod(tmp, 0o644)   # safetensors writes 0600: a wheel would install it unreadable for other users
-    record = {"feature": FEATURE, "rank": int(rank), **calibration.as_config(), "file": FILE,
+    record = {"feature": FEATURE, "rank": int(rank), "concept_weight": float(concept_weight),
+              "concept_scale": float(concept_scale), **calibration.as_config(), "file": FILE,
               "sha256": file_sha256(folder / FILE), "photos": int(len(reference)), **extra}
     record.pop("method")
     path = folder / "model.json"
@@ -132,7 +160,8 @@ def load(model, notices: list[str] | None = None) -> SearchConfidence | None:
         return refuse(f"holds {reference.shape} reference rows for a {model.vector_dim}-wide model")
     if not np.isfinite(reference).all():
         return refuse("holds values that are not finite numbers")
-    return SearchConfidence(calibration, np.ascontiguousarray(reference), section["rank"])
+    return SearchConfidence(calibration, np.ascontiguousarray(reference), section["rank"],
+                            section.get("concept_weight", 0.0), concept_part(model), section.get("concept_scale", 0.0))
 
 
 def of_model(model, notices: list[str] | None = None) -> SearchConfidence | None:
