@@ -52,3 +52,14 @@ def test_an_object_query_finds_its_object_among_scenes(mixed):
 def test_an_absent_thing_gets_no_strong_result(mixed):
     for query in ("a bowl of fruit", "a slice of pizza", "a photo of a traffic light"):
         assert all(h.level != "strong" for h in mixed.search(query, n=3)), query
+
+
+@pytest.mark.parametrize("query, level", [("a cup of coffee", "possible"), ("a photo of a cat", "strong"),
+                                          ("a man riding a bike in the woods", "possible")])
+def test_min_score_by_level_keeps_exactly_the_results_rated_at_that_level(mixed, query, level):
+    # the level's score threshold is measured against the query's own baseline and scale (the first two lean on
+    # the ConSE part: their scale is above 1), and must agree with the levels the results are rated
+    order = ["weak", "possible", "strong"]
+    hits = mixed.search(query, n=7)
+    kept = mixed.search(query, n=7, min_score=level)
+    assert kept and names(kept) == [Path(h.path).name for h in hits if order.index(h.level) >= order.index(level)]

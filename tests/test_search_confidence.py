@@ -273,3 +273,31 @@ def test_a_bad_search_section_is_named_and_ignored(change, reason):
     section = {"feature": "above_reference", "rank": 10, "file": "query_reference.safetensors", "sha256": "x"}
     assert reason in search_confidence.check_config({**section, **change})
     assert search_confidence.check_config(section) is None
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    from imgtxt import paths
+    from imgtxt.model.modelfile import TrainedModel
+
+    return TrainedModel.load(paths.default_model_dir())
+
+
+@pytest.mark.parametrize("query", ["a cup of coffee", "a photo of a cat", "a man riding a bike in the woods"])
+def test_min_score_by_level_is_where_the_shipped_model_rates_that_level(shipped, query):
+    # `--min-score LEVEL` becomes a score threshold for the search: exactly where the query's confidence (its
+    # baseline and, for a query that leans on the ConSE part, its scale above 1) reaches the level
+    from imgtxt.library.confidence import min_score_of
+    from imgtxt.library.query import encode_query
+
+    model = shipped
+    per_query = search_confidence.of_model(model)
+    baseline, scale = per_query.of_query(encode_query(model, query))
+    if query != "a man riding a bike in the woods":
+        assert scale > 1.2   # the ConSE part's weight is above 2
+    for level in ("strong", "possible"):
+        score, confidence = min_score_of(model, level, query)
+        assert confidence == per_query.calibration.threshold(level)
+        assert per_query.confidence(score + 1e-6, baseline, scale) >= confidence
+        assert per_query.confidence(score - 1e-4, baseline, scale) < confidence
+        assert per_query.level(per_query.confidence(score + 1e-6, baseline, scale)) in (level, "strong")
