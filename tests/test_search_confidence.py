@@ -301,3 +301,9 @@ def test_min_score_by_level_is_where_the_shipped_model_rates_that_level(shipped,
         assert per_query.confidence(score + 1e-6, baseline, scale) >= confidence
         assert per_query.confidence(score - 1e-4, baseline, scale) < confidence
         assert per_query.level(per_query.confidence(score + 1e-6, baseline, scale)) in (level, "strong")
+
+
+def test_calibrate_search_fixes_a_form_only_with_its_rank(library, tmp_path):
+    result = library.run("calibrate-search", tmp_path, "--concept-scale", "0.1", "--dry-run", ok=False)
+    assert result.exit_code == 2 and "--concept-weight and --concept-scale fix the form with --rank" in result.stderr
+    assert "Traceback" not in result.stderr
