@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from conftest import REPO, copy_examples, write_photo
 
@@ -148,3 +149,17 @@ def test_preview_falls_back_to_text_off_a_terminal_and_draws_on_one(library, tmp
     drawn = library.run("search", "a cat", "--preview").stdout
     assert str(tmp_path / "p" / "cat.jpg") in drawn and "▀" in drawn         # text line + image cells
     assert len(drawn.splitlines()) > 2 * 4
+
+
+def test_readme_first_search_finds_the_cat_and_calls_it_strong(tmp_path):
+    # README's first command with the shipped model over the six example photos: its query describes cat.jpg,
+    # so the cat must come first and be labelled strong (no "no strong matches" line above it).
+    import imgtxt
+
+    readme = (REPO / "README.md").read_text()
+    query = re.search(r'imgtxt search "([^"]+)" --index examples-index', readme).group(1)
+    lib = imgtxt.Library(index_dir=tmp_path / "index")
+    lib.index([str(copy_examples(tmp_path / "examples")[0].parent)])
+    hits = lib.search(query, n=3)
+    assert Path(hits[0].path).name == "cat.jpg" and hits[0].level == "strong", (query, hits)
+    assert all(h.level != "strong" for h in hits[1:]), hits
