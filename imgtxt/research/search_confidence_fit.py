@@ -6,7 +6,8 @@ everyday-object dev set that bench/mixed_library.py copies), searched with
   - `caption`: each of the split's captions; its own photo is right;
   - `phrase`: short phrases that open the split's captions ("a black dog", "two men"), each right for every photo
     with a caption that contains it (caption_phrases);
-  - the kinds of a queries file (query, right photo files, kind: tab-separated), e.g. object names.
+  - the kinds of a queries file (query, right photo files, kind: tab-separated), e.g. object names; a right
+    photo is a file of the photos folder or one of the split's own photos (by file name).
 Each result is measured by (score - baseline) / scale: the baseline is the query's rank-th best score over
 reference photos (the training split's photos, one in STRIDE) plus concept_weight x c, the scale 1 +
 concept_scale x c, c being the weight of the query's ConSE part. The Form (rank from RANKS, concept_weight from
@@ -154,7 +155,8 @@ def build(model, dataset: str, data_dir: Path | str, reference: np.ndarray, spli
           quiet: bool = False) -> Benchmark:
     """The benchmark's score matrix over the split's photos (+ the photos of `photos_dir`)."""
     images, captions = split_vectors(model, dataset, data_dir, split, quiet=quiet)
-    texts = load_split(dataset, data_dir, split).captions
+    split_data = load_split(dataset, data_dir, split)
+    texts = split_data.captions
     right = [frozenset([i // CAPTIONS_PER_IMAGE]) for i in range(len(captions))]
     kinds = ["caption"] * len(captions)
     phrases = caption_phrases(texts)
@@ -166,11 +168,13 @@ def build(model, dataset: str, data_dir: Path | str, reference: np.ndarray, spli
         if photos_dir is None:
             raise ValueError("a queries file needs the folder of its photos (--photos)")
         extra = read_queries(queries_file)
-        names = sorted({name for _, files, _ in extra for name in files})
+        # a right photo may also be one of the split's own (a val photo that shows the object too)
+        in_split = {p.name: i for i, p in enumerate(split_data.image_paths)}
+        names = sorted({name for _, files, _ in extra for name in files} - set(in_split))
         missing = [n for n in names if not (Path(photos_dir) / n).is_file()]
         if missing:
             raise ValueError(f"{photos_dir}: missing photos named in {queries_file}: {', '.join(missing[:5])}")
-        column = {name: len(images) + i for i, name in enumerate(names)}
+        column = {**in_split, **{name: len(images) + i for i, name in enumerate(names)}}
         gallery.append(embed_photos(model, [Path(photos_dir) / n for n in names], "benchmark photos", quiet=quiet))
         query_vectors.append(model.encode_query([q for q, _, _ in extra]))
         right += [frozenset(column[n] for n in files) for _, files, _ in extra]
