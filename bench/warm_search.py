@@ -12,7 +12,8 @@ vector builder, as bench/search_latency.py does), then in fresh interpreters, ea
   - warm, repeated text: the same Library searching the first 10 of those sentences again, round after round;
   - the text encoder alone on the new sentences (the model's numpy encoder, uncached, one BLAS thread for both
     variants): the floor of a new query;
-  - cold: `imgtxt search` as a new process, median of --cold-runs, and a cold `python -c 'import numpy'` beside it.
+  - cold: `imgtxt search` as a new process, median of --cold-runs, and a cold `python -c 'import numpy'` beside it;
+  - with --before: for how many of the new sentences both variants return the same 10 photos in the same order.
 Wall time is what a user waits for; CPU time (all of the process's threads: BLAS threads that spin count) says the
 same with less of the machine's load in it (other programs on a busy machine take the cores, not this
 process's CPU seconds).
@@ -56,15 +57,19 @@ from imgtxt import Library
 index_dir, queries = sys.argv[1], json.loads(sys.argv[2])
 lib = Library(index_dir)
 lib.search("a photo")
+top = []
 def timed(texts):
     wall, cpu = [], []
     for text in texts:
         w, c = time.perf_counter(), time.process_time()
-        assert len(lib.search(text)) == 10
+        found = lib.search(text)
         wall.append(time.perf_counter() - w)
         cpu.append(time.process_time() - c)
+        assert len(found) == 10
+        top.append([m.path for m in found])
     return wall, cpu
 new = timed(queries)
+new_top = top[:len(queries)]
 repeated = timed(queries[:10] * 10)
 model = lib.model
 encode = getattr(model, "_encode_query", None) or model.encode_query
@@ -75,7 +80,7 @@ with threadpool_limits(limits=1, user_api="blas"):   # as a search runs it (the 
         c = time.process_time()
         encode([text])
         enc.append(time.process_time() - c)
-print(json.dumps({"new": new, "repeated": repeated, "encoder_cpu": enc}))
+print(json.dumps({"new": new, "repeated": repeated, "encoder_cpu": enc, "top": new_top}))
 """
 
 
@@ -121,6 +126,7 @@ def main() -> None:
                         for part, values in zip(("wall", "cpu"), got[key]):
                             mine.setdefault(f"{key} {part}", []).extend(values)
                     mine.setdefault("encoder cpu", []).extend(got["encoder_cpu"])
+                    mine.setdefault("top", []).append(got["top"])
             cold: dict[str, list[float]] = {"import numpy": []}
             cli = [sys.executable, "-c", RUN_CLI, "search", queries[0], "--index", str(index_dir)]
             for name, env in variants:
@@ -147,6 +153,9 @@ def main() -> None:
                 for key in ("new wall", "new cpu", "repeated wall", "repeated cpu", "encoder cpu"):
                     print(f"{n:>7} photos: {key} p50, this checkout / {args.before}: "
                           f"{pct(mine[key], .5) / pct(old[key], .5):.2f}x")
+                same = sum(a == b for a, b in zip(mine["top"][0], old["top"][0]))
+                print(f"{n:>7} photos: the same 10 photos in the same order as {args.before} for {same} of "
+                      f"{len(queries)} new-text queries")
                 print(f"{n:>7} photos: cold search median, this checkout / {args.before}: "
                       f"{statistics.median(cold['this checkout']) / statistics.median(cold[args.before]):.2f}x")
     print(f"load average after: {os.getloadavg()[0]:.2f}")

@@ -466,3 +466,36 @@ def test_a_photo_skipped_as_unreadable_is_indexed_once_it_can_be_read(library, t
         assert (s["indexed"], s["skipped_reasons"]) == (1, {"permission denied": 1}), s
     s = summary_of(library.run("index", folder, "--json", "-q"))   # readable again
     assert (s["indexed"], s["skipped"]) == (2, 0), s
+
+
+def test_a_settled_photo_is_hashed_once_and_a_write_after_its_hash_is_seen(tmp_path, monkeypatch):
+    """decode reuses the hash that hash_work took when the file's stamp is unchanged since (a settled file); a
+    write in place after the hash, or a file too recently changed to trust its stamp, is hashed again."""
+    import time
+
+    import numpy as np
+
+    from imgtxt.library import photo_work
+    from imgtxt.library.photo_work import Work, decode, file_hash, hash_work
+
+    path = write_photo(tmp_path / "a.jpg", seed=1)
+    assert hash_work(Work(str(path), 0, 0, None)).hashed is None          # just written: not settled
+    monkeypatch.setattr(photo_work, "SETTLED_SECONDS", -1.0)              # ... counted as settled from here
+    hashed = []
+    real = photo_work.content_hash
+    monkeypatch.setattr(photo_work, "content_hash", lambda data: hashed.append(len(data)) or real(data))
+
+    work = hash_work(Work(str(path), 0, 0, None))
+    assert work.hashed is not None and work.hash == file_hash(str(path))
+    square = decode(work, 64)[0]
+    assert hashed == [] and work.hash == file_hash(str(path))             # not hashed again
+    np.testing.assert_array_equal(square, decode(Work(str(path), 0, 0, None), 64)[0])
+
+    work = hash_work(Work(str(path), 0, 0, None))
+    time.sleep(0.05)                                                      # past the clock tick of the hash
+    other = write_photo(tmp_path / "b.jpg", seed=2).read_bytes()
+    with open(path, "r+b") as f:                                          # same inode, new bytes
+        f.write(other)
+        f.truncate()
+    decode(work, 64)
+    assert len(hashed) == 2 and work.hash == file_hash(str(path)) == real(other)

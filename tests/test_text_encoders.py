@@ -355,3 +355,47 @@ def test_int8_matmul_by_blocks_equals_the_dequantized_product(rows, batch):
     x = rng.normal(size=(batch, 48)).astype(np.float32)
     expected = x @ (q.astype(np.float32) * scale[:, None]).T
     np.testing.assert_allclose(int8_matmul(x, q, scale), expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("rows, width, batch", [(300, 48, 1), (128, 40, 12), (7, 3, 3), (50, 2000, 64), (30, 16, 65)])
+def test_dense_agrees_with_int8_matmul_on_every_way_and_keeps_blocks_only_when_asked(rows, width, batch):
+    """A query's small batches take other ways through Dense (weight on the left; then kept int8 column
+    blocks): each must give int8_matmul's product, on its first call and the later ones."""
+    from imgtxt.model import tensor_file
+    from imgtxt.model.tensor_file import Dense, int8_matmul, quantize_rows
+
+    rng = np.random.default_rng(rows + batch)
+    q, scale = quantize_rows(rng.normal(size=(rows, width)).astype(np.float32))
+    x = rng.normal(size=(batch, width)).astype(np.float32)
+    expected = int8_matmul(x, q, scale)
+    dense, once = Dense(q, scale), Dense(q, scale, keep=False)
+    tolerance = 1e-6 * width   # float32 sums of `width` products of ~1 in another order
+    for call in range(tensor_file.KEEP_AFTER_CALLS + 1):
+        np.testing.assert_allclose(dense(x), expected, rtol=1e-5, atol=tolerance)
+        np.testing.assert_allclose(once(x), expected, rtol=1e-5, atol=tolerance)
+        kept = batch <= tensor_file.SMALL_BATCH and call + 1 >= tensor_file.KEEP_AFTER_CALLS
+        assert (dense.kept_bytes == q.size) is kept and once.kept_bytes == 0
+    floats = rng.normal(size=(rows, width)).astype(np.float32)
+    np.testing.assert_allclose(Dense(floats)(x), x @ floats.T, rtol=1e-5, atol=tolerance)
+
+
+def test_queries_rank_photos_the_same_with_the_small_batch_ways(monkeypatch):
+    """The shipped model's int8 text matrices take Dense's small-batch ways for a query (and keep int8 column
+    blocks from the second query): the vectors must match the plain int8_matmul's to float32 rounding, and the
+    top 10 over 20,000 photo vectors must be the same photos in the same order."""
+    from imgtxt.model import tensor_file
+    from imgtxt.model.modelfile import TrainedModel, default_model_dir
+
+    queries = ["a dog running on the beach", "two children playing in the snow", "a man in a red shirt climbing",
+               "an old car on a busy street", "a black cat lying on a wooden bench"]
+    fast = TrainedModel.load(default_model_dir())
+    got = [fast._encode_query([q])[0] for q in queries * 2]   # first and later calls of each matrix
+    monkeypatch.setattr(tensor_file, "SMALL_BATCH", 0)
+    plain = TrainedModel.load(default_model_dir())
+    expected = [plain._encode_query([q])[0] for q in queries]
+    photos = np.random.default_rng(0).normal(size=(20_000, fast.vector_dim)).astype(np.float32)
+    photos /= np.linalg.norm(photos, axis=1, keepdims=True)
+    for vector, reference in zip(got, expected * 2):
+        np.testing.assert_allclose(vector, reference, rtol=1e-4, atol=2e-6)
+        assert list(np.argsort(-(photos @ vector))[:10]) == list(np.argsort(-(photos @ reference))[:10])
+    assert sum(d.kept_bytes for d in fast.text._matrices.values()) > 0   # the later calls did use kept blocks

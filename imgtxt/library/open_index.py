@@ -31,9 +31,9 @@ def _db_stamp(index_dir: Path) -> str:
     return f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
 
 
-def _vector_stamps(index_dir: Path, meta: dict) -> tuple[str, str] | None:
+def _vector_stamps(paths: tuple[list[Path], Path | None]) -> tuple[str, str] | None:
     try:
-        return vector_index.Record.from_meta(meta).current_stamps(index_dir)
+        return vector_index.stamps_of(*paths)
     except OSError:   # no files (an index answered from SQLite): nothing to compare but the record
         return None
 
@@ -46,6 +46,7 @@ class OpenIndex(Index):
         super().__init__(index_dir)                    # swapped in meanwhile then differs at the next check
         self._stamp, self._version = stamp, self._data_version()
         self._vectors = None   # (key, stamps, vectors, notices) of the last open_vectors
+        self._stamp_paths = None   # (key, Record.stamp_paths) of the record in meta
 
     def _data_version(self) -> int:
         return self.conn.execute("PRAGMA data_version").fetchone()[0]
@@ -66,7 +67,9 @@ class OpenIndex(Index):
 
     def _open_vectors(self, model):
         key = (model.model_id, model.vector_dim, tuple(sorted(v for v in self.meta.items() if v[0].startswith("vec_"))))
-        stamps = _vector_stamps(self.dir, self.meta)
+        if self._stamp_paths is None or self._stamp_paths[0] != key:   # the record's files, named once per record
+            self._stamp_paths = (key, vector_index.Record.from_meta(self.meta).stamp_paths(self.dir))
+        stamps = _vector_stamps(self._stamp_paths[1])
         if self._vectors is None or self._vectors[:2] != (key, stamps):
             notices: list[str] = []
             self._vectors = (key, stamps, vector_index.open_vectors(self.dir, self.meta, self.conn, model.model_id,

@@ -147,6 +147,11 @@ def file_stamp(path: Path) -> str:
     return f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
 
 
+def stamps_of(paths: list[Path], add_path: Path | None) -> tuple[str, str]:
+    """(stamps, add_stamp) as Record.current_stamps gives them, from Record.stamp_paths."""
+    return " ".join(file_stamp(path) for path in paths), file_stamp(add_path) if add_path else ""
+
+
 @dataclass
 class Record:
     """What meta says the current files are; `valid_for` checks the files on disk against it."""
@@ -209,10 +214,13 @@ class Record:
                          (self.ann_path(index_dir), self.ann_bytes, self.ann_digest)]
         return expected
 
+    def stamp_paths(self, index_dir: Path) -> tuple[list[Path], Path | None]:
+        """The files whose stamps current_stamps reads: those of _expected, and the .add when rows are recorded."""
+        return [path for path, _, _ in self._expected(index_dir)], self.add_path(index_dir) if self.add else None
+
     def current_stamps(self, index_dir: Path) -> tuple[str, str]:
         """(stamps, add_stamp) of the files on disk now; raises OSError when one is missing."""
-        stamps = " ".join(file_stamp(path) for path, _, _ in self._expected(index_dir))
-        return stamps, file_stamp(self.add_path(index_dir)) if self.add else ""
+        return stamps_of(*self.stamp_paths(index_dir))
 
     def add_bytes(self) -> int:
         return self.add * add_row_dtype(self.dim).itemsize

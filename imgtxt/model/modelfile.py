@@ -235,9 +235,9 @@ class TrainedModel:
         return caption_offsets.load(self, bank_size, notices)
 
     @cached_property
-    def image_projection(self) -> Weight:
+    def image_projection(self):
         """(embed_dim, image_dim) as x @ W.T, int8 rows cast per use: a float32 copy held 110-330 MB of an index run."""
-        return Weight(self.tensors, IMAGE_PROJECTION)
+        return Weight(self.tensors, IMAGE_PROJECTION, keep=False)
 
     # ------------------------------------------------------------------ properties
     @property

@@ -107,3 +107,80 @@ def int8_matmul(x: np.ndarray, q: np.ndarray, scale: np.ndarray) -> np.ndarray:
         out[:, start:stop] = x @ part.T
     out *= scale
     return out
+
+
+# A query's few tokens (rows of x) make a product that OpenBLAS runs at a fraction of its speed with the weight as
+# the right-hand operand transposed; up to SMALL_BATCH rows the weight goes on the left (first call) or, kept as
+# int8 column blocks of W.T, on the right untransposed (later calls): 0.55-0.7x the CPU of int8_matmul for a
+# 12-token MiniLM query (bench/warm_search.py, docs/performance.md). Larger batches (captions) gain nothing.
+SMALL_BATCH = 64
+# Calls of a matrix before it keeps its int8 column blocks (12 MB for MiniLM and the head: a one-shot search, the
+# CLI, encodes one query and would pay the strided copy for nothing).
+KEEP_AFTER_CALLS = 2
+
+
+def _weight_left(x: np.ndarray, q: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """int8_matmul computed as (W @ x.T).T, the cast int8 block the left operand."""
+    rows = q.shape[0]
+    step = max(1, INT8_BLOCK_ELEMENTS // max(1, q.shape[1]))
+    out = np.empty((rows, x.shape[0]), np.float32)
+    block = np.empty((min(step, rows), q.shape[1]), np.float32)
+    xt = np.ascontiguousarray(x.T)
+    for start in range(0, rows, step):
+        stop = min(start + step, rows)
+        part = block[:stop - start]
+        np.copyto(part, q[start:stop], casting="unsafe")
+        np.matmul(part, xt, out=out[start:stop])
+    out = out.T * scale
+    return out
+
+
+def _column_blocks(q: np.ndarray) -> list[np.ndarray]:
+    """W.T as contiguous int8 blocks of INT8_BLOCK_ELEMENTS: (in, step) each."""
+    step = max(1, INT8_BLOCK_ELEMENTS // max(1, q.shape[1]))
+    return [np.ascontiguousarray(q[start:start + step].T) for start in range(0, q.shape[0], step)]
+
+
+def _blocks_right(x: np.ndarray, blocks: list[np.ndarray], scale: np.ndarray) -> np.ndarray:
+    """x @ W.T from _column_blocks, each cast into one reused float32 buffer."""
+    out = np.empty((x.shape[0], len(scale)), np.float32)
+    buffer = np.empty(blocks[0].shape, np.float32)
+    start = 0
+    for block in blocks:
+        width = block.shape[1]
+        part = buffer[:, :width]
+        np.copyto(part, block, casting="unsafe")
+        np.matmul(x, part, out=out[:, start:start + width])
+        start += width
+    out *= scale
+    return out
+
+
+class Dense:
+    """x @ W.T for an (out, in) matrix as the model stores it: int8 rows with their per-row `scale` (cast block by
+    block, never a whole float32 copy), or float32 (scale None). A query's few rows go the ways SMALL_BATCH says,
+    keeping the int8 column blocks from the KEEP_AFTER_CALLS-th call when `keep`; the outputs agree with
+    int8_matmul's to float32 rounding (tests/test_text_encoders.py)."""
+
+    def __init__(self, matrix: np.ndarray, scale: np.ndarray | None = None, keep: bool = True):
+        self.matrix, self.scale = matrix, None if scale is None else np.asarray(scale, np.float32)
+        self.shape = matrix.shape
+        self._calls, self._blocks, self._keep = 0, None, keep
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        x = np.asarray(x, np.float32)
+        if self.scale is None:
+            return x @ self.matrix.T   # a transposed view: BLAS reads either layout
+        if x.shape[0] > SMALL_BATCH or not self._keep:
+            return int8_matmul(x, self.matrix, self.scale)
+        blocks = self._blocks
+        if blocks is None:
+            self._calls += 1
+            if self._calls < KEEP_AFTER_CALLS:
+                return _weight_left(x, self.matrix, self.scale)
+            blocks = self._blocks = _column_blocks(self.matrix)
+        return _blocks_right(x, blocks, self.scale)
+
+    @property
+    def kept_bytes(self) -> int:
+        return sum(block.nbytes for block in self._blocks or ())

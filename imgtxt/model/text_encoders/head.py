@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..tensor_file import int8_matmul
+from ..tensor_file import Dense
 
 
 def head_tensor_names(prefix: str, kind: str) -> list[str]:
@@ -21,23 +21,14 @@ def head_tensor_shapes(prefix: str, kind: str, in_dim: int, out_dim: int, hidden
     return shapes
 
 
-class Weight:
-    """An (out, in) matrix as the model stores it, applied as x @ W.T. int8 rows are cast block by block at each
-    use (tensor_file.int8_matmul): dequantising the three head matrices when the model loaded was ~7 ms of a cold
-    search, and a query's matmuls are small."""
-
-    def __init__(self, tensors, name: str):
-        stored = getattr(tensors, "stored", None)
-        if stored is not None and name + ".scale" in tensors:
-            self.matrix, self.scale = stored(name), np.asarray(stored(name + ".scale"), np.float32)
-        else:
-            self.matrix, self.scale = np.asarray(tensors[name], dtype=np.float32), None
-        self.shape = self.matrix.shape
-
-    def __call__(self, x: np.ndarray) -> np.ndarray:
-        if self.scale is None:
-            return x @ self.matrix.T   # a transposed view: BLAS reads either layout
-        return int8_matmul(x, self.matrix, self.scale)
+def Weight(tensors, name: str, keep: bool = True) -> Dense:
+    """An (out, in) matrix as the model stores it, applied as x @ W.T (tensor_file.Dense). int8 rows are cast
+    block by block: dequantising the three head matrices when the model loaded was ~7 ms of a cold search.
+    keep=False: no int8 column blocks kept for small batches (the image projection is used at index time)."""
+    stored = getattr(tensors, "stored", None)
+    if stored is not None and name + ".scale" in tensors:
+        return Dense(stored(name), stored(name + ".scale"), keep)
+    return Dense(np.asarray(tensors[name], dtype=np.float32), keep=keep)
 
 
 class NumpyHead:

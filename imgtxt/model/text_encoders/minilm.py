@@ -17,7 +17,7 @@ import numpy as np
 
 from imgtxt.errors import ModelError
 
-from ..tensor_file import int8_matmul
+from ..tensor_file import Dense
 from . import TextSetup, positive_int, wordpiece
 from .head import NumpyHead, head_tensor_names, head_tensor_shapes
 
@@ -205,6 +205,7 @@ class Runtime:
             raise ValueError(f"text.max_length {text_config['max_length']} is past the {positions} positions")
         self.tensors = tensors
         self._cache: dict[str, np.ndarray] = {}
+        self._matrices: dict[str, Dense] = {}
         self.head = NumpyHead(tensors, HEAD_PREFIX, text_config["head"])
 
     def _w(self, name: str) -> np.ndarray:
@@ -214,15 +215,18 @@ class Runtime:
         return self._cache[name]
 
     def _dense(self, x: np.ndarray, name: str) -> np.ndarray:
-        """x @ W.T + b for a (out, in) weight as stored. An int8 matrix is cast block by block on every call
-        (tensor_file.int8_matmul), its per-row scale applied to the output: dequantising and keeping 42 MB of
-        fp32 copies was most of a cold search's text encoding (first-touch page faults)."""
-        full = PREFIX + name + ".weight"
-        if hasattr(self.tensors, "stored") and full + ".scale" in self.tensors:
-            y = int8_matmul(x, self.tensors.stored(full), self.tensors.stored(full + ".scale"))
-        else:
-            y = x @ self._w(name + ".weight").T
-        return y + self._w(name + ".bias")
+        """x @ W.T + b for a (out, in) weight as stored (tensor_file.Dense): an int8 matrix is cast block by block,
+        its per-row scale applied to the output (dequantising and keeping 42 MB of fp32 copies was most of a cold
+        search's text encoding: first-touch page faults); a query's few tokens take Dense's small-batch ways."""
+        dense = self._matrices.get(name)
+        if dense is None:
+            full = PREFIX + name + ".weight"
+            if hasattr(self.tensors, "stored") and full + ".scale" in self.tensors:
+                dense = Dense(self.tensors.stored(full), self.tensors.stored(full + ".scale"))
+            else:
+                dense = Dense(self._w(name + ".weight"))
+            self._matrices[name] = dense
+        return dense(x) + self._w(name + ".bias")
 
     @property
     def tokenizer(self):
