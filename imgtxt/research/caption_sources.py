@@ -162,7 +162,8 @@ def world_captions(gcc_tsv: Path | str, bank: list[str], count: int) -> tuple[li
 def extend_bank(src: Path | str, dst: Path | str, lines: list[str], progress=None) -> dict:
     """Copy model folder `src` to `dst` with `lines` added to its caption bank (after the training captions,
     before the class-name captions) and the bank's vectors stored. Rows the source folder already stores are
-    copied, not re-embedded (35,000 captions take ~20 min of CPU; the new lines alone, a minute or two). The
+    copied, not re-embedded (35,000 captions take ~20 min of CPU; the new lines alone, a minute or two); int8
+    rows are re-quantised on the way, which moves a few values by one step (6 of the shipped 30,000 rows). The
     copy's caption hubness offsets, search corrections and calibrations are those of `src`: they depend on the
     bank, so the recipe's tune-search, calibrate, calibrate-search and tune-captions must be run on `dst`."""
     import shutil
