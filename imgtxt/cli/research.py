@@ -334,9 +334,11 @@ TORCH_FREE = ("calibrate", "calibrate-search", "tune-search")   # run on the mod
 
 def register(command) -> None:
     """Add the research commands with cli.py's `command(name, section)` decorator."""
+    from .extend_captions import extend_captions
     from .finishing import COMMANDS
     from .package_model import package_model
 
     for name, function in (("features", features), ("train", train), ("eval", evaluate),
-                           ("backbone-download", backbone_download), *COMMANDS, ("package-model", package_model)):
+                           ("backbone-download", backbone_download), *COMMANDS, ("package-model", package_model),
+                           ("extend-captions", extend_captions)):
         command(name, SECTION)(function if name in TORCH_FREE else needs_train(name, function))
