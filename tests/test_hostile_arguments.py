@@ -196,3 +196,51 @@ def test_nonsense_training_settings_are_refused_before_any_work(tmp_path, option
                          timeout=120)
     assert out.returncode == 2 and option in out.stderr and "Traceback" not in out.stderr, out.stderr
     assert time.monotonic() - started < 60 and not (tmp_path / "run").exists()
+
+
+NAMED_VALUES = [   # research options that once took free text: a typo ran (or failed) minutes later, or never
+    ["train", "--int8", "nope"], ["train", "--int8", "gru.bias_ih"],            # unknown; a vector (a traceback at save)
+    ["train", "--text-encoder", "minilm", "--int8", "image_projection,word_embedding"],   # a GRU's, not MiniLM's
+    ["train", "--text-encoder", "amecon", "--int8", "image_projection"],          # AMECON stores no int8 tensors
+    ["train", "--preset", "XX"], ["train", "--features", "both"], ["train", "--backbone", "alexnet"],
+    ["train", "--layer-set", "some"], ["train", "--runtime", "tpu"], ["train", "--captions", "two"],
+    ["train", "--similarity", "dot"], ["train", "--negatives", "all"], ["train", "--text-encoder", "lstm"],
+    ["train", "--amecon-vectors", "glove"], ["train", "--amecon-hidden", "4096,x"], ["train", "--amecon-hidden", "0"],
+    ["features", "--splits", "train,nope"], ["features", "--backbone", "alexnet"],
+    ["eval", "--split", "nope"], ["eval", "--metrics", "x"], ["eval", "--ties", "x"], ["eval", "--runtime", "x"],
+    ["tune-search", "--split", "x"], ["backbone-download", "nope"],
+]
+
+
+def test_named_research_options_are_refused_when_the_command_line_is_read(tmp_path):
+    from click.testing import CliRunner
+
+    from imgtxt.cli.main import app
+
+    for args in NAMED_VALUES:
+        command, option = args[0], args[-2] if args[-2].startswith("--") else "NAME"   # the option refused
+        dataset = ["flickr8k", "--data-dir", str(tmp_path)] if command in ("train", "features", "eval") else []
+        run_dir = ["--run-dir", str(tmp_path / "run")] if command == "train" else []
+        result = CliRunner().invoke(app, [command, *dataset, *run_dir, *args[1:]])
+        error = result.stderr.strip().splitlines()[-1] if result.stderr.strip() else ""
+        assert result.exit_code == 2 and error.startswith("Error: Invalid value for"), (args, result.output)
+        assert option in error and "Traceback" not in result.output, (args, error)
+    assert not (tmp_path / "run").exists()
+
+
+def test_good_research_options_still_pass():
+    from imgtxt.cli.options import int8_tensors
+
+    assert int8_tensors(("image_projection", "minilm.encoder.layer.5.output.dense.weight", "text_head.out.weight"),
+                        "minilm") == ("image_projection", "minilm.encoder.layer.5.output.dense.weight",
+                                      "text_head.out.weight")
+    assert int8_tensors(("word_embedding", "gru.weight_hh"), "gru") == ("word_embedding", "gru.weight_hh")
+    assert int8_tensors((), "amecon") == ()
+
+
+def test_the_cli_spells_the_model_layers_lists():
+    from imgtxt.cli import options
+    from imgtxt.model.backbones import BACKBONES
+    from imgtxt.research.pipeline import FEATURE_RUNTIMES
+
+    assert options.BACKBONES == BACKBONES and options.FEATURE_RUNTIMES == FEATURE_RUNTIMES
