@@ -206,7 +206,10 @@ NAMED_VALUES = [   # research options that once took free text: a typo ran (or f
     ["train", "--layer-set", "some"], ["train", "--runtime", "tpu"], ["train", "--captions", "two"],
     ["train", "--similarity", "dot"], ["train", "--negatives", "all"], ["train", "--text-encoder", "lstm"],
     ["train", "--amecon-vectors", "glove"], ["train", "--amecon-hidden", "4096,x"], ["train", "--amecon-hidden", "0"],
+    ["train", "--init-from", "/nonexistent"], ["train", "--text-encoder", "minilm", "--text-weights", "/nonexistent"],
+    ["train", "--backbone-weights", "/nonexistent"],   # these three started 30-40 min of features first
     ["features", "--splits", "train,nope"], ["features", "--backbone", "alexnet"],
+    ["features", "--backbone-weights", "/nonexistent"],
     ["eval", "--split", "nope"], ["eval", "--metrics", "x"], ["eval", "--ties", "x"], ["eval", "--runtime", "x"],
     ["tune-search", "--split", "x"], ["backbone-download", "nope"],
 ]

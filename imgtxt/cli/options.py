@@ -133,8 +133,16 @@ crops_opt = click.option("--crops", type=int, default=1, show_default=True, call
 precision_opt = click.option("--precision", type=click.Choice(["auto", "fp32", "fp16", "bf16"]), default="auto",
                              show_default=True,
                              help="auto (bf16 on CPU / fp16 on CUDA) or fp32")
-backbone_weights_opt = click.option("--backbone-weights", default=None,
+def weights_file(ctx, param, value):
+    if value is not None and value != "random" and not Path(value).is_file():
+        raise click.BadParameter(f"{value[:200]!r} is not a file (give a weights file, or 'random')", ctx, param)
+    return value
+
+
+backbone_weights_opt = click.option("--backbone-weights", default=None, callback=weights_file,
                                     help="Local weights file for the backbone, or 'random'.")
+EXISTING = click.Path(exists=True, path_type=Path)        # checked when the command line is read
+EXISTING_FOLDER = click.Path(exists=True, file_okay=False, path_type=Path)
 runtime_opt = click.option("--runtime", type=click.Choice(FEATURE_RUNTIMES), default="torch", show_default=True,
                            help="Dataset features with torch, or 'openvino': the exported graph imgtxt index runs "
                                 "(fp32 only; ~4x less CPU here; agrees with torch to ~1e-4)")

