@@ -106,3 +106,15 @@ def test_indexing_with_a_changed_photo_setting_re_embeds_and_search_refuses_the_
     back = json.loads(library.run("index", tmp_path / "p", "--json", "-q").stdout)   # the tiny model again
     assert back["embedded"] == 3
     assert all(np.array_equal(v, before[p][1]) for p, (_, v) in stored(library).items())
+
+
+def test_fitting_the_hubness_correction_records_the_settings_it_was_fit_with(tiny_model_dir, tmp_path):
+    """tune-search adds search.hubness, which makes the text settings photo settings: the record follows, so the
+    fitted model's id is its weights and correction, not an 'edited' one."""
+    from imgtxt.research.search_fit import write_search
+
+    folder = model_copy(tiny_model_dir, tmp_path / "tuned")
+    write_search(folder, {"hubness": {"top_k": 3, "weight": 0.5, "center": 0.4, "bank_stride": 1}})
+    config = json.loads((folder / "model.json").read_text())
+    assert config[identity.RECORD_KEY] == identity.photo_settings_record(config)
+    assert "text" in identity.photo_settings(config)
