@@ -210,6 +210,7 @@ NAMED_VALUES = [   # research options that once took free text: a typo ran (or f
     ["train", "--backbone-weights", "/nonexistent"],   # these three started 30-40 min of features first
     ["features", "--splits", "train,nope"], ["features", "--backbone", "alexnet"],
     ["features", "--backbone-weights", "/nonexistent"],
+    ["train", "--backbone", "vgg16", "--layer-set", "blocks"], ["features", "--runtime", "openvino", "--precision", "auto"],
     ["eval", "--split", "nope"], ["eval", "--metrics", "x"], ["eval", "--ties", "x"], ["eval", "--runtime", "x"],
     ["tune-search", "--split", "x"], ["backbone-download", "nope"],
 ]

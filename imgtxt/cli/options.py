@@ -149,6 +149,16 @@ runtime_opt = click.option("--runtime", type=click.Choice(FEATURE_RUNTIMES), def
 quiet_opt = click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 
 
+def check_feature_settings(backbone: str, layer_set: str, precision: str, runtime: str) -> None:
+    """The feature options that only fail together, refused before torch loads (it took 11 s to say so)."""
+    if layer_set == "blocks" and not backbone.startswith("efficientnet_lite"):
+        raise click.BadParameter(f"'blocks' is for the EfficientNet-Lite backbones; {backbone} has 'all' only",
+                                 param_hint="'--layer-set'")
+    if runtime != "torch" and precision != "fp32":
+        raise click.BadParameter(f"--runtime {runtime} computes fp32 features only; pass --precision fp32",
+                                 param_hint="'--precision'")
+
+
 def feature_options(function):
     for option in (runtime_opt, backbone_weights_opt, precision_opt, crops_opt, layer_set_opt, backbone_opt):
         function = option(function)

@@ -22,6 +22,7 @@ from .options import (
     Number,
     PathType,
     backbone_weights_opt,
+    check_feature_settings,
     comma_list,
     data_dir_opt,
     dataset_arg,
@@ -60,6 +61,7 @@ def features(dataset, data_dir, splits, backbone, layer_set, crops, precision, b
         raw_split_features,
     )
 
+    check_feature_settings(backbone, layer_set, precision, runtime)
     folder = dataset_folder(dataset, data_dir)
     settings = FeatureSettings(backbone, layer_set, crops, precision, backbone_weights, runtime)
     try:
@@ -184,6 +186,7 @@ def train(dataset, data_dir, preset, feature_kind, backbone, layer_set, crops, p
     import shutil
 
     int8 = int8_tensors(int8, text_encoder)   # needs --text-encoder too: checked before torch loads
+    check_feature_settings(backbone, layer_set, precision, runtime)
     import torch
 
     from imgtxt.research.pipeline import FeatureSettings, build_training_data
