@@ -186,6 +186,7 @@ def test_an_unknown_cnn_runtime_is_one_line(library, tmp_path, monkeypatch, name
     ("--sse-kernels", "0"), ("--rcn-capsules", "0"), ("--vocab-size", "0"), ("--margin", "nan"),
     ("--precision", "nope"), ("--lr", "-1"), ("--epochs", "0"), ("--image-dropout", "inf"), ("--crops", "3"),
     ("--text-head", "cnn"), ("--average-best", "0"), ("--threads", "0"), ("--rcn-lambda", "nan"),
+    ("--seed", "-1"),   # numpy refused it after the dataset's features: minutes, then a traceback
 ])
 def test_nonsense_training_settings_are_refused_before_any_work(tmp_path, option, value):
     import time
@@ -248,3 +249,28 @@ def test_the_cli_spells_the_model_layers_lists():
     from imgtxt.research.pipeline import FEATURE_RUNTIMES
 
     assert options.BACKBONES == BACKBONES and options.FEATURE_RUNTIMES == FEATURE_RUNTIMES
+
+
+def test_sizes_the_memory_cannot_hold_end_a_training_run_in_one_line(tmp_path, monkeypatch):
+    """Sizes have no upper bound (what fits depends on the machine): running out of memory is one line, exit 2."""
+    from types import SimpleNamespace
+
+    import numpy as np
+    from click.testing import CliRunner
+
+    from imgtxt.cli.main import app
+    from imgtxt.research import pipeline
+    from imgtxt.research import train as train_module
+
+    data = SimpleNamespace(text_setup=SimpleNamespace(description="stub"), vocab=None, extra={},
+                           train_features=np.zeros((2, 3)))
+    monkeypatch.setattr(pipeline, "build_training_data", lambda *args, **kwargs: data)
+
+    def out_of_memory(run_dir, data, cfg, init_from=None):
+        raise MemoryError
+    monkeypatch.setattr(train_module, "train", out_of_memory)
+    (tmp_path / "d").mkdir()
+    result = CliRunner().invoke(app, ["train", "flickr8k", "--data-dir", str(tmp_path / "d"), "--embed-dim",
+                                      "1000000000", "--run-dir", str(tmp_path / "run")])
+    last = result.stderr.strip().splitlines()[-1]
+    assert result.exit_code == 2 and "not enough memory" in last and "Traceback" not in result.stderr, result.output

@@ -115,7 +115,8 @@ def features(dataset, data_dir, splits, backbone, layer_set, crops, precision, b
 @click.option("--batch-size", type=click.IntRange(min=2), default=None, help="Pairs per batch (preset: 128)")
 @click.option("--coco-train", type=click.Choice(["restval", "paper"]), default="restval", show_default=True,
               help="COCO train: 'restval' (VSE++, +30k images) or 'paper' (without)")
-@click.option("--seed", type=int, default=0, show_default=True, help="Random seed (weights, batches, dropout)")
+@click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=0, show_default=True,   # numpy's seed range
+              help="Random seed (weights, batches, dropout)")
 @click.option("--text-encoder", type=click.Choice(["gru", "minilm", "rcn", "bow", "sse", "amecon"]), default="gru",
               show_default=True,
               help="gru (the paper's, trained from scratch), minilm (pretrained all-MiniLM-L6-v2 + a trained head; "
@@ -237,7 +238,11 @@ def train(dataset, data_dir, preset, feature_kind, backbone, layer_set, crops, p
                f"{text} -> {run_dir}", err=True)
     if init_from:
         data.extra["init_from"] = str(init_from)
-    best = run_training(run_dir, data, cfg, init_from=init_from)
+    try:
+        best = run_training(run_dir, data, cfg, init_from=init_from)
+    except MemoryError:   # sizes have no upper bound: what fits depends on the machine
+        raise UsageError("not enough memory for these sizes (--embed-dim, --word-dim, --image-hidden, --batch-size, "
+                         "...): choose smaller ones, with a new --run-dir") from None
     if output:
         shutil.rmtree(output, ignore_errors=True)
         shutil.copytree(run_dir / "best", output)
