@@ -186,6 +186,7 @@ def test_an_unknown_cnn_runtime_is_one_line(library, tmp_path, monkeypatch, name
     ("--sse-kernels", "0"), ("--rcn-capsules", "0"), ("--vocab-size", "0"), ("--margin", "nan"),
     ("--precision", "nope"), ("--lr", "-1"), ("--epochs", "0"), ("--image-dropout", "inf"), ("--crops", "3"),
     ("--text-head", "cnn"), ("--average-best", "0"), ("--threads", "0"), ("--rcn-lambda", "nan"),
+    ("--seed", "-1"),   # numpy refused it after the dataset's features: minutes, then a traceback
 ])
 def test_nonsense_training_settings_are_refused_before_any_work(tmp_path, option, value):
     import time
@@ -196,3 +197,80 @@ def test_nonsense_training_settings_are_refused_before_any_work(tmp_path, option
                          timeout=120)
     assert out.returncode == 2 and option in out.stderr and "Traceback" not in out.stderr, out.stderr
     assert time.monotonic() - started < 60 and not (tmp_path / "run").exists()
+
+
+NAMED_VALUES = [   # research options that once took free text: a typo ran (or failed) minutes later, or never
+    ["train", "--int8", "nope"], ["train", "--int8", "gru.bias_ih"],            # unknown; a vector (a traceback at save)
+    ["train", "--text-encoder", "minilm", "--int8", "image_projection,word_embedding"],   # a GRU's, not MiniLM's
+    ["train", "--text-encoder", "amecon", "--int8", "image_projection"],          # AMECON stores no int8 tensors
+    ["train", "--preset", "XX"], ["train", "--features", "both"], ["train", "--backbone", "alexnet"],
+    ["train", "--layer-set", "some"], ["train", "--runtime", "tpu"], ["train", "--captions", "two"],
+    ["train", "--similarity", "dot"], ["train", "--negatives", "all"], ["train", "--text-encoder", "lstm"],
+    ["train", "--amecon-vectors", "glove"], ["train", "--amecon-hidden", "4096,x"], ["train", "--amecon-hidden", "0"],
+    ["train", "--init-from", "/nonexistent"], ["train", "--text-encoder", "minilm", "--text-weights", "/nonexistent"],
+    ["train", "--backbone-weights", "/nonexistent"],   # these three started 30-40 min of features first
+    ["features", "--splits", "train,nope"], ["features", "--backbone", "alexnet"],
+    ["features", "--backbone-weights", "/nonexistent"],
+    ["train", "--backbone", "vgg16", "--layer-set", "blocks"], ["features", "--runtime", "openvino", "--precision", "auto"],
+    ["eval", "--split", "nope"], ["eval", "--metrics", "x"], ["eval", "--ties", "x"], ["eval", "--runtime", "x"],
+    ["tune-search", "--split", "x"], ["backbone-download", "nope"],
+]
+
+
+def test_named_research_options_are_refused_when_the_command_line_is_read(tmp_path):
+    from click.testing import CliRunner
+
+    from imgtxt.cli.main import app
+
+    for args in NAMED_VALUES:
+        command, option = args[0], args[-2] if args[-2].startswith("--") else "NAME"   # the option refused
+        dataset = ["flickr8k", "--data-dir", str(tmp_path)] if command in ("train", "features", "eval") else []
+        run_dir = ["--run-dir", str(tmp_path / "run")] if command == "train" else []
+        result = CliRunner().invoke(app, [command, *dataset, *run_dir, *args[1:]])
+        error = result.stderr.strip().splitlines()[-1] if result.stderr.strip() else ""
+        assert result.exit_code == 2 and error.startswith("Error: Invalid value for"), (args, result.output)
+        assert option in error and "Traceback" not in result.output, (args, error)
+    assert not (tmp_path / "run").exists()
+
+
+def test_good_research_options_still_pass():
+    from imgtxt.cli.options import int8_tensors
+
+    assert int8_tensors(("image_projection", "minilm.encoder.layer.5.output.dense.weight", "text_head.out.weight"),
+                        "minilm") == ("image_projection", "minilm.encoder.layer.5.output.dense.weight",
+                                      "text_head.out.weight")
+    assert int8_tensors(("word_embedding", "gru.weight_hh"), "gru") == ("word_embedding", "gru.weight_hh")
+    assert int8_tensors((), "amecon") == ()
+
+
+def test_the_cli_spells_the_model_layers_lists():
+    from imgtxt.cli import options
+    from imgtxt.model.backbones import BACKBONES
+    from imgtxt.research.pipeline import FEATURE_RUNTIMES
+
+    assert options.BACKBONES == BACKBONES and options.FEATURE_RUNTIMES == FEATURE_RUNTIMES
+
+
+def test_sizes_the_memory_cannot_hold_end_a_training_run_in_one_line(tmp_path, monkeypatch):
+    """Sizes have no upper bound (what fits depends on the machine): running out of memory is one line, exit 2."""
+    from types import SimpleNamespace
+
+    import numpy as np
+    from click.testing import CliRunner
+
+    from imgtxt.cli.main import app
+    from imgtxt.research import pipeline
+    from imgtxt.research import train as train_module
+
+    data = SimpleNamespace(text_setup=SimpleNamespace(description="stub"), vocab=None, extra={},
+                           train_features=np.zeros((2, 3)))
+    monkeypatch.setattr(pipeline, "build_training_data", lambda *args, **kwargs: data)
+
+    def out_of_memory(run_dir, data, cfg, init_from=None):
+        raise MemoryError
+    monkeypatch.setattr(train_module, "train", out_of_memory)
+    (tmp_path / "d").mkdir()
+    result = CliRunner().invoke(app, ["train", "flickr8k", "--data-dir", str(tmp_path / "d"), "--embed-dim",
+                                      "1000000000", "--run-dir", str(tmp_path / "run")])
+    last = result.stderr.strip().splitlines()[-1]
+    assert result.exit_code == 2 and "not enough memory" in last and "Traceback" not in result.stderr, result.output

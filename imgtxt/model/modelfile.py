@@ -2,7 +2,8 @@
 
 A model is a folder:
   model.json         config: joint space, text encoder ("text": {"kind": ...}), image-feature settings (backbone,
-                     layer set, crops), training record, and the weights' sha256 (the model id, never re-hashed)
+                     layer set, crops), training record, the weights' sha256 and the photo settings' (the
+                     model id: model_id.py)
   model.safetensors  weights (fp16, or int8 with per-row fp32 scales "NAME.scale") and the FNE training-set
                      mean/std (fp32); no pickle
   vocab.json | tokenizer.json   the text encoder's vocabulary (GRU) or tokenizer (MiniLM)
@@ -26,6 +27,7 @@ import numpy as np
 from imgtxt.errors import ImgtxtError, ModelError  # noqa: F401  (ModelError: imported from here too)
 
 from . import concepts, search_tuning, text_encoders
+from . import model_id as identity
 from .query_cache import QueryVectors
 from .text_encoders.head import Weight
 from .calibration import Calibration
@@ -95,7 +97,8 @@ def save_model(folder: Path | str, weights: dict[str, np.ndarray], vocab, config
     (folder / "captions.txt").write_text("\n".join(c.replace("\n", " ") for c in captions) + "\n", encoding="utf-8")
     digest = hashlib.sha256((folder / "model.safetensors").read_bytes()).hexdigest()
     remember_weights(folder / "model.safetensors", digest)
-    doc = {"format": FORMAT, "version": FORMAT_VERSION, **config, "weights_sha256": digest}
+    doc = {"format": FORMAT, "version": FORMAT_VERSION, **config, "weights_sha256": digest,
+           identity.RECORD_KEY: identity.photo_settings_record(config)}   # the settings these weights go with
     (folder / "model.json").write_text(json.dumps(doc, indent=2), encoding="utf-8")
 
 
@@ -164,11 +167,8 @@ class TrainedModel:
         # Recorded at save and checked against the file (hashed once per change of it): weights swapped under an
         # unchanged model.json must not pass as the model whose id (and caption cache) they would take.
         digest = verify_weights(path, config.get("weights_sha256"))
-        hubness = config.get("search", {}).get("hubness")
-        if hubness:  # the photo vectors carry its offset: another correction is another index
-            digest = hashlib.sha256((digest + json.dumps(hubness, sort_keys=True)).encode()).hexdigest()
-        model_id = f"{safe_name(config.get('name') or folder.name)}-{digest[:12]}"
-        model = cls(folder, config, tensors, stats, model_id)
+        model = cls(folder, config, tensors, stats,
+                    identity.model_id(config, safe_name(config.get("name") or folder.name), digest))
         tokenizer = folder / "tokenizer.json"
         if text_config["kind"] == "minilm" and not (tokenizer.is_file() and tokenizer.stat().st_size > 0):
             raise ModelError(f"{folder}: no tokenizer.json (or an empty one) for its {text_config['kind']} text "

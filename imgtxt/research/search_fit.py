@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from imgtxt.model import search_tuning
+from imgtxt.model.model_id import RECORD_KEY, photo_settings_record
 from imgtxt.paths import writing
 
 from .datasets import CAPTIONS_PER_IMAGE
@@ -121,6 +122,7 @@ def write_search(folder: Path | str, section: dict) -> Path:
     path = Path(folder) / "model.json"
     config = json.loads(path.read_text(encoding="utf-8"))
     config["search"] = section
+    config[RECORD_KEY] = photo_settings_record(config)   # with hubness, the text settings are photo settings too
     with writing(path) as f:
         f.write((json.dumps(config, indent=2) + "\n").encode("utf-8"))
     return path
