@@ -195,16 +195,18 @@ def tune_captions(model, dataset, data_dir, split, dry_run, quiet):
 
 
 @fit_on_split_options
+@click.option("--bias", type=click.FloatRange(0), default=0.0, show_default=True,
+              help="What every class line loses (given, not fitted).")
 @click.option("--dry-run", is_flag=True, help="Print the figures; leave the model as it is.")
 @quiet_opt
-def tune_caption_prior(model, dataset, data_dir, split, dry_run, quiet):
+def tune_caption_prior(model, dataset, data_dir, split, bias, dry_run, quiet):
     """Fit how much the classifier says on the caption bank's class lines.
 
     In `imgtxt caption`, a class line ("A photo of an espresso.") gains weight x the classifier's probability
-    for its class and loses a fixed bias, so the class the classifier is sure of can come first and the others
-    stop crowding out scene captions. Chosen on a dataset split (even-numbered photos; the odd-numbered ones are
-    shown held out) and written into MODEL/model.json ("caption_prior"). Run tune-captions first. Search and
-    the model id are unchanged.
+    for its class (less --bias), so the class the classifier is sure of can come first. The weight is the largest
+    that costs a dataset split's scenes at most 1 point of right first captions (even-numbered photos; the
+    odd-numbered ones are shown held out); written into MODEL/model.json ("caption_prior"). Run tune-captions
+    first. Search and the model id are unchanged.
 
     MODEL is a model folder (default: $IMGTXT_MODEL, else the shipped model).
     """
@@ -214,7 +216,7 @@ def tune_caption_prior(model, dataset, data_dir, split, dry_run, quiet):
 
     loaded, (section, table) = _fit_on_split(
         "tune-caption-prior", model, dataset, data_dir, split,
-        lambda m, folder: fit_prior(m, dataset, folder, split, quiet))
+        lambda m, folder: fit_prior(m, dataset, folder, split, bias, quiet))
     for row in table:
         click.echo(f"caption prior weight {row['weight']:.2f} bias {row['bias']:.2f}: first caption right "
                    f"{row['fit']:.1f}% (held out {row['held_out']:.1f}%)")
