@@ -139,3 +139,15 @@ def test_a_stale_prior_is_refused_with_a_notice(model_with_prior):
     notices = []
     caption(model, vector, n=3, notices=notices)
     assert len(notices) == 1 and "stale" in notices[0] and "without the classifier's prior" in notices[0]
+
+
+def test_without_scipy_the_prior_is_left_out_with_a_notice(model_with_prior, monkeypatch):
+    import sys
+
+    from imgtxt.model import caption_prior as module
+
+    model, bank = model_with_prior
+    monkeypatch.setitem(sys.modules, "scipy.optimize", None)   # import fails as if scipy were not installed
+    notices = []
+    assert module.load(model, bank, notices) is None
+    assert len(notices) == 1 and "needs scipy" in notices[0]

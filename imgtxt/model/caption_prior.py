@@ -98,6 +98,10 @@ def load(model, bank: list[str], notices: list[str] | None = None) -> CaptionPri
         if notices is not None:
             notices.append(f"{folder / 'model.json'}: {reason}; class lines ranked without the classifier's prior")
 
+    try:
+        import scipy.optimize  # noqa: F401  (class_weights' solver)
+    except ImportError:
+        return refuse("caption_prior needs scipy (pip install 'imgtxt[caption-prior]')")
     bridge = model.concepts
     if bridge is None:
         return refuse("caption_prior needs a ConSE bridge (concepts)")
