@@ -101,7 +101,7 @@ def load(model, bank: list[str], notices: list[str] | None = None) -> CaptionPri
     try:
         import scipy.optimize  # noqa: F401  (class_weights' solver)
     except ImportError:
-        return refuse("caption_prior needs scipy (pip install 'imgtxt[caption-prior]')")
+        return refuse("caption_prior needs scipy (the caption-prior extra: pip install 'scipy>=1.10')")
     bridge = model.concepts
     if bridge is None:
         return refuse("caption_prior needs a ConSE bridge (concepts)")
