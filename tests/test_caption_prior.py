@@ -151,3 +151,42 @@ def test_without_scipy_the_prior_is_left_out_with_a_notice(model_with_prior, mon
     notices = []
     assert module.load(model, bank, notices) is None
     assert len(notices) == 1 and "needs scipy" in notices[0]
+
+
+def test_the_command_refuses_test_then_dry_runs_then_writes(model_with_prior, tmp_path, monkeypatch):
+    """The command end to end, its fit stubbed (the fit's rule: test_the_fit_takes_the_largest_weight_...)."""
+    from click.testing import CliRunner
+
+    from imgtxt.cli.main import app
+
+    model, bank = model_with_prior
+    config = json.loads((model.folder / "model.json").read_text())
+    config.pop("caption_prior")
+    (model.folder / "model.json").write_text(json.dumps(config))
+    seen = {}
+
+    def fit(loaded, dataset, folder, split, bias, quiet):
+        seen["bias"] = bias
+        section = {"weight": 0.15, "bias": bias, "first_line": 2, "classes": 5,
+                   "captions_sha256": caption_prior.file_sha256(loaded.folder / "captions.txt"),
+                   "fitted_on": {"split": split}}
+        return section, [{"weight": 0.15, "bias": bias, "fit": 35.8, "held_out": 36.6}]
+
+    monkeypatch.setattr(fitting, "tune_caption_prior", fit)
+    (tmp_path / "data").mkdir()
+    args = ["tune-caption-prior", str(model.folder), "--data-dir", str(tmp_path / "data")]
+    runner = CliRunner()
+    refused = runner.invoke(app, args + ["--split", "test"])
+    assert refused.exit_code != 0 and "held out" in refused.stderr
+    dry = runner.invoke(app, args + ["--dry-run", "--bias", "0.02"])
+    assert dry.exit_code == 0, dry.stderr
+    assert "first caption right 35.8% (held out 36.6%)" in dry.stdout and seen["bias"] == 0.02
+    assert "caption_prior" not in json.loads((model.folder / "model.json").read_text())
+    done = runner.invoke(app, args)
+    assert done.exit_code == 0, done.stderr
+    from imgtxt.model.modelfile import TrainedModel
+
+    written = TrainedModel.load(model.folder)
+    assert written.config["caption_prior"]["weight"] == 0.15 and written.config["caption_prior"]["bias"] == 0.0
+    notices = []
+    assert caption_prior.load(written, bank, notices).weight == 0.15 and not notices
