@@ -1,6 +1,7 @@
 """The commands that finish a trained model before it ships: its CNN graph (export-cnn), the ConSE bridge
 (add-concepts), the search corrections (tune-search), the score calibration (calibrate), the caption hubness
-(tune-captions). Registered with the research commands (research.py)."""
+(tune-captions), the classifier's prior on the caption bank's class lines (tune-caption-prior). Registered
+with the research commands (research.py)."""
 from __future__ import annotations
 
 import json
@@ -193,6 +194,45 @@ def tune_captions(model, dataset, data_dir, split, dry_run, quiet):
         click.echo(f"wrote it into {loaded.folder}", err=True)
 
 
+
+@fit_on_split_options
+@click.option("--bias", type=click.FloatRange(0), default=0.0, show_default=True,
+              help="What every class line loses (given, not fitted).")
+@click.option("--dry-run", is_flag=True, help="Print the figures; leave the model as it is.")
+@quiet_opt
+def tune_caption_prior(model, dataset, data_dir, split, bias, dry_run, quiet):
+    """Fit how much the classifier says on the caption bank's class lines.
+
+    In `imgtxt caption`, a class line ("A photo of an espresso.") gains weight x the classifier's probability
+    for its class (less --bias), so the class the classifier is sure of can come first. The weight is the largest
+    that costs a dataset split's scenes at most 1 point of right first captions (even-numbered photos; the
+    odd-numbered ones are shown held out); written into MODEL/model.json ("caption_prior"). Run tune-captions
+    first. Search and the model id are unchanged.
+
+    MODEL is a model folder (default: $IMGTXT_MODEL, else the shipped model).
+    """
+    from imgtxt.model.caption_prior import RECORD_KEY
+    from imgtxt.paths import writing
+    from imgtxt.research.caption_prior_fit import tune_caption_prior as fit_prior
+
+    loaded, (section, table) = _fit_on_split(
+        "tune-caption-prior", model, dataset, data_dir, split,
+        lambda m, folder: fit_prior(m, dataset, folder, split, bias, quiet))
+    for row in table:
+        click.echo(f"caption prior weight {row['weight']:.2f} bias {row['bias']:.2f}: first caption right "
+                   f"{row['fit']:.1f}% (held out {row['held_out']:.1f}%)")
+    click.echo(f"chosen: {json.dumps({k: v for k, v in section.items() if k != 'fitted_on'})}")
+    if not dry_run:
+        path = loaded.folder / "model.json"
+        try:
+            config = json.loads(path.read_text(encoding="utf-8"))
+            config[RECORD_KEY] = section
+            with writing(path) as f:
+                f.write((json.dumps(config, indent=2) + "\n").encode("utf-8"))
+        except (OSError, ValueError) as e:
+            raise ImgtxtError(f"could not write the caption prior into {path}: {e}") from None
+        click.echo(f"wrote it into {path}", err=True)
+
 @fit_on_split_options
 @click.option("--queries", "queries_file", type=PathType,
               help="More queries for the benchmark: query<TAB>right photo files (comma-separated)<TAB>kind per line "
@@ -272,4 +312,5 @@ def calibrate_search(model, dataset, data_dir, split, queries_file, photos_dir, 
 
 
 COMMANDS = (("export-cnn", export_cnn), ("add-concepts", add_concepts), ("tune-search", tune_search),
-            ("calibrate", calibrate), ("calibrate-search", calibrate_search), ("tune-captions", tune_captions))
+            ("calibrate", calibrate), ("calibrate-search", calibrate_search), ("tune-captions", tune_captions),
+            ("tune-caption-prior", tune_caption_prior))

@@ -25,7 +25,8 @@ PHOTOS = "Photos"
 
 
 RESEARCH_COMMANDS = ("features", "train", "eval", "backbone-download", "export-cnn", "add-concepts",
-                     "tune-search", "calibrate", "calibrate-search", "tune-captions", "package-model",
+                     "tune-search", "calibrate", "calibrate-search", "tune-captions", "tune-caption-prior",
+                     "package-model",
                      "extend-captions")  # research.py
 
 

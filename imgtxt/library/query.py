@@ -364,6 +364,11 @@ def caption(model, vector: np.ndarray, n: int = 5, captions: list[str] | None = 
     scores = model.scores(photo, vectors[:, :d])[0]
     if hubness is not None:
         scores = scores - (hubness.bank_penalties() if captions is None else hubness.penalties(vectors[:, :d]))
+    if captions is None:   # the classifier's say on the bank's class lines (model/caption_prior.py)
+        from imgtxt.model import caption_prior
+
+        prior = caption_prior.load(model, bank, notices)
+        scores = scores if prior is None else prior.apply(scores, vector[:d])
     order = np.argsort(-scores, kind="stable")
     hits, seen = [], set()
     for i in order:
