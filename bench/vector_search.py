@@ -85,9 +85,9 @@ def annoy_rows(args, folder: Path, library: np.ndarray, queries, truth, truth200
         folder, f"bench-{trees}-{projected}", chunks, "bench", library.shape[1], n, kind="annoy-pca"))
     vector_index.N_TREES, vector_index.LARGE_N_TREES, vector_index.PROJECTED_DIM = saved
     index = vector_index.VectorIndex(folder, record)
-    shipped_fraction = vector_index.SEARCH_K_FRACTION
+    shipped_fraction, earlier_k = vector_index.SEARCH_K_FRACTION, vector_index.EARLIER_SEARCH_K
     for k in sorted({shipped_k, *args.search_k}):
-        vector_index.SEARCH_K = k
+        vector_index.SEARCH_K = vector_index.EARLIER_SEARCH_K = k   # whatever the tree count
         # an asked-for search_k is measured as it is: the fraction of the build (150k at 1M) would override it
         vector_index.SEARCH_K_FRACTION = shipped_fraction if k == shipped_k else 0.0
         row = {"engine": "annoy", "size": n,
@@ -102,6 +102,7 @@ def annoy_rows(args, folder: Path, library: np.ndarray, queries, truth, truth200
                            truth200[:100], k=200)
             row.update(recall_at_200=wide["recall_at_200"], p50_ms_at_200=wide["p50_ms"])
         vector_index.SEARCH_K, vector_index.SEARCH_K_FRACTION = shipped_k, shipped_fraction
+        vector_index.EARLIER_SEARCH_K = earlier_k
         yield row
     shipped_candidates = vector_index.CANDIDATES, vector_index.CANDIDATES_PER_RESULT
     for c in args.candidates:   # c for 10 results (both constants: the larger of them counts)

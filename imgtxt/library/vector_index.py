@@ -53,6 +53,7 @@ EXACT_MAX = 50_000       # exact search up to here; Annoy above (docs/vector-ind
 N_TREES = 10             # Annoy trees: recall@10 0.96 at 100k with SEARCH_K (docs)
 LARGE_BUILD, LARGE_N_TREES = 500_000, 50   # ... and from here: at 1M 10 trees fall short of 0.95 (docs)
 SEARCH_K = 30_000        # Annoy candidates per query for 10 results ...
+EARLIER_SEARCH_K = 30_000   # ... from a build of fewer trees than N_TREES (earlier versions built 10): as before
 SEARCH_K_FRACTION = 0.15  # ... or this fraction of the build, if more (from 200k photos; 150k at 1M, docs)
 RESULTS_PER_SEARCH_K = 10  # search_k grows in step with the results asked for beyond this many
 REBUILD_FRACTION = 0.10  # appended or dead rows beyond this fraction of the build trigger a full rebuild
@@ -112,9 +113,12 @@ def trees_for(count: int) -> int:
     return LARGE_N_TREES if count >= LARGE_BUILD else N_TREES
 
 
-def search_k(want: int, count: int) -> int:
-    """Annoy candidates for `want` results from a build of `count`: grows with `want` so -n 200 keeps its recall."""
-    per_ten = max(SEARCH_K, round(SEARCH_K_FRACTION * count))
+def search_k(want: int, count: int, trees: int | None = None) -> int:
+    """Annoy candidates for `want` results from a build of `count` vectors in `trees` trees (None: N_TREES):
+    grows with `want` so -n 200 keeps its recall. A build of fewer trees (an earlier version's) keeps the
+    search_k it was measured at, EARLIER_SEARCH_K, and so answers as it did."""
+    base = EARLIER_SEARCH_K if trees is not None and trees < N_TREES else SEARCH_K
+    per_ten = max(base, round(SEARCH_K_FRACTION * count))
     return per_ten * max(1, -(-want // RESULTS_PER_SEARCH_K))
 
 
@@ -336,7 +340,7 @@ class VectorIndex:
         """The `want` best (id, score) by `score_fn` ((M, D) float32 -> (M,) scores, higher is better)."""
         want = max(1, want)
         asked = want + len(self.overridden)
-        k = search_k(asked, len(self.ids))
+        k = search_k(asked, len(self.ids), self.record.trees)
         if self.annoy is None or k >= len(self.ids):
             ids, scores = self.ids, score_fn(self.vectors)
         else:
