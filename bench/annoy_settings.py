@@ -7,12 +7,12 @@ The library and the queries are bench/vector_search.py's (the shipped model's 7,
 vectors plus vectors drawn from a mixture fitted to them; 300 val caption queries and 100 val photo queries,
 recall@10 against exact search). One Annoy build per tree count, written by the library's own
 `vector_build.write_build` and searched through `VectorIndex` (the object `imgtxt search` uses), its build time
-(wall and CPU) and size on disk recorded. Every (trees, search_k, candidates) of the grid plus today's
-(trees_for(size), search_k, candidates) and the --baseline (the earlier default) is then searched with all queries, one thread, the settings in
-turn round after round (so a change in the machine's load falls on all of them alike): recall@10, p50/p90 of
-wall and CPU milliseconds per query, and the distinct candidates Annoy scored (what search_k costs: with more
-trees one item is found in more of them). Each row is printed with its ratios to the baseline's; with --json, one
-JSON object a line.
+(wall and CPU) and size on disk recorded. Every (trees, search_k, candidates) of the grid, the shipped one
+(trees_for(size), search_k, candidates) and the --baseline (the earlier default) are then searched with all
+queries, one thread, the settings in turn round after round (so a change in the machine's load falls on all of
+them alike): recall@10, p50/p90 of wall and CPU milliseconds per query, and the distinct candidates Annoy scored
+(what search_k costs: with more trees one item is found in more of them). Each row is printed with its ratios to
+the baseline's; with --json, one JSON object a line.
 """
 from __future__ import annotations
 

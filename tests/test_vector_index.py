@@ -228,8 +228,8 @@ def test_search_k_grows_with_the_results_asked_for_and_the_library():
 
 def test_a_build_of_fewer_trees_keeps_the_search_k_it_was_built_for(tmp_path, monkeypatch):
     """More trees reach the same recall with a smaller search_k (docs/vector-index.md). An index built by an
-    earlier version (fewer trees) is searched with EARLIER_SEARCH_K, as that version did, until a rebuild gives it
-    N_TREES."""
+    earlier version (fewer trees) is searched with EARLIER_SEARCH_K, as that version did, until the next run that
+    changes a vector rebuilds it with N_TREES."""
     assert vector_index.search_k(10, 100_000, vector_index.N_TREES) == vector_index.SEARCH_K
     assert vector_index.search_k(10, 100_000, vector_index.N_TREES - 1) == vector_index.EARLIER_SEARCH_K
     assert vector_index.search_k(10, 100_000, vector_index.LARGE_N_TREES) == vector_index.SEARCH_K
@@ -248,10 +248,14 @@ def test_a_build_of_fewer_trees_keeps_the_search_k_it_was_built_for(tmp_path, mo
         vectors, hits = search(tmp_path, query, 10)
         assert vectors.record.trees == 4 and same(hits, exact(tmp_path, query, 10))
     assert calls == [2399] * len(queries)
-    add(store, clustered(300, 1), start=2400)                           # past REBUILD_FRACTION: rebuilt
-    assert vector_build.sync(store, "m", DIM, "cosine").action == "rebuilt"
-    vectors = search(tmp_path, queries[0], 10)[0]
-    assert vectors.record.trees == 8 and calls[-1] == 100
+    before = files(tmp_path)
+    assert vector_build.sync(store, "m", DIM, "cosine").action == "unchanged"   # a run that wrote no vector
+    assert files(tmp_path) == before                                     # leaves the earlier build alone
+    add(store, clustered(1, 1), start=2400)         # one photo (well below REBUILD_FRACTION): the run writes anyway
+    synced = vector_build.sync(store, "m", DIM, "cosine")
+    assert synced.action == "rebuilt" and "4 Annoy trees are fewer than this version builds (8)" in synced.reason
+    vectors, hits = search(tmp_path, queries[0], 10)
+    assert vectors.record.trees == 8 and calls[-1] == 100 and len(vectors.ids) == 2401
 
 
 def test_large_builds_get_more_trees(tmp_path, monkeypatch):
