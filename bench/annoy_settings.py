@@ -40,14 +40,14 @@ def build(folder: Path, library: np.ndarray, trees: int):
     from imgtxt.library import vector_build, vector_index
 
     n = len(library)
-    saved = vector_index.N_TREES, vector_index.LARGE_N_TREES
-    vector_index.N_TREES = vector_index.LARGE_N_TREES = trees
+    saved = vector_index.N_TREES
+    vector_index.N_TREES = trees
     chunks = ((np.arange(s, min(s + 65536, n)) + 1, library[s:s + 65536]) for s in range(0, n, 65536))
     try:
         record, wall, cpu = timed(lambda: vector_build.write_build(folder, f"trees-{trees}", chunks, "bench",
                                                                    library.shape[1], n, kind="annoy-pca"))
     finally:
-        vector_index.N_TREES, vector_index.LARGE_N_TREES = saved
+        vector_index.N_TREES = saved
     assert record.trees == trees
     disk = record.ann_bytes + vector_index.projection_bytes(record.dim, record.projected)
     return vector_index.VectorIndex(folder, record), {"build_s": wall, "build_cpu_s": cpu, "ann_bytes": disk,

@@ -77,13 +77,13 @@ def annoy_rows(args, folder: Path, library: np.ndarray, queries, truth, truth200
     n = len(library)
     shipped = (vector_index.trees_for(n), vector_index.PROJECTED_DIM)
     shipped_k = vector_index.SEARCH_K
-    saved = vector_index.N_TREES, vector_index.LARGE_N_TREES, vector_index.PROJECTED_DIM
-    vector_index.N_TREES = vector_index.LARGE_N_TREES = trees
+    saved = vector_index.N_TREES, vector_index.PROJECTED_DIM
+    vector_index.N_TREES = trees
     vector_index.PROJECTED_DIM = projected
     chunks = ((np.arange(s, min(s + 65536, n)) + 1, library[s:s + 65536]) for s in range(0, n, 65536))
     record, build_s, build_cpu = timed(lambda: vector_build.write_build(
         folder, f"bench-{trees}-{projected}", chunks, "bench", library.shape[1], n, kind="annoy-pca"))
-    vector_index.N_TREES, vector_index.LARGE_N_TREES, vector_index.PROJECTED_DIM = saved
+    vector_index.N_TREES, vector_index.PROJECTED_DIM = saved
     index = vector_index.VectorIndex(folder, record)
     shipped_fraction, earlier_k = vector_index.SEARCH_K_FRACTION, vector_index.EARLIER_SEARCH_K
     for k in sorted({shipped_k, *args.search_k}):

@@ -232,7 +232,6 @@ def test_a_build_of_fewer_trees_keeps_the_search_k_it_was_built_for(tmp_path, mo
     changes a vector rebuilds it with N_TREES."""
     assert vector_index.search_k(10, 100_000, vector_index.N_TREES) == vector_index.SEARCH_K
     assert vector_index.search_k(10, 100_000, vector_index.N_TREES - 1) == vector_index.EARLIER_SEARCH_K
-    assert vector_index.search_k(10, 100_000, vector_index.LARGE_N_TREES) == vector_index.SEARCH_K
     monkeypatch.setattr(vector_index, "EXACT_MAX", 500)
     monkeypatch.setattr(vector_index, "SEARCH_K_FRACTION", 0.0)
     monkeypatch.setattr(vector_index, "N_TREES", 4)                       # an earlier version's build
@@ -258,18 +257,16 @@ def test_a_build_of_fewer_trees_keeps_the_search_k_it_was_built_for(tmp_path, mo
     assert vectors.record.trees == 8 and calls[-1] == 100 and len(vectors.ids) == 2401
 
 
-def test_large_builds_get_more_trees(tmp_path, monkeypatch):
-    """At 1M vectors 10 trees missed the recall asked (docs/vector-index.md): a build from LARGE_BUILD vectors
-    gets LARGE_N_TREES, and its record says so."""
-    assert vector_index.trees_for(vector_index.LARGE_BUILD - 1) == vector_index.N_TREES
-    assert vector_index.trees_for(vector_index.LARGE_BUILD) == vector_index.LARGE_N_TREES > vector_index.N_TREES
+def test_builds_get_the_trees_measured_for_them(tmp_path, monkeypatch):
+    """At 1M vectors 10 trees missed the recall asked, and at 100k 50 trees reach 10 trees' recall with a smaller
+    search_k (docs/vector-index.md): every build gets N_TREES, and its record says so."""
+    assert vector_index.trees_for(1000) == vector_index.trees_for(10**6) == vector_index.N_TREES == 50
     monkeypatch.setattr(vector_index, "EXACT_MAX", 100)
-    monkeypatch.setattr(vector_index, "LARGE_BUILD", 200)
     store = Store(tmp_path)
     add(store, clustered(250, 0))
     assert vector_build.sync(store, "m", DIM, "cosine").action == "rebuilt"
     vectors = search(tmp_path, clustered(1, 1)[0], 1)[0]
-    assert vectors.record.kind == "annoy-pca" and vectors.record.trees == vector_index.LARGE_N_TREES
+    assert vectors.record.kind == "annoy-pca" and vectors.record.trees == vector_index.N_TREES
 
 
 def test_annoy_above_exact_max_finds_the_true_neighbours(tmp_path, monkeypatch):
