@@ -105,6 +105,7 @@ def annoy_rows(args, folder: Path, library: np.ndarray, queries, truth, truth200
         vector_index.EARLIER_SEARCH_K = earlier_k
         yield row
     shipped_candidates = vector_index.CANDIDATES, vector_index.CANDIDATES_PER_RESULT
+    vector_index.EARLIER_SEARCH_K = vector_index.SEARCH_K   # at the shipped search_k, whatever the tree count
     for c in args.candidates:   # c for 10 results (both constants: the larger of them counts)
         vector_index.CANDIDATES, vector_index.CANDIDATES_PER_RESULT = c, max(1, c // 10)
         yield {"engine": "annoy", "size": n, "setting": f"PCA {projected}, {trees} trees, search_k "
@@ -114,6 +115,7 @@ def annoy_rows(args, folder: Path, library: np.ndarray, queries, truth, truth200
                "build_s": build_s, "build_cpu_s": build_cpu, "shipped": False,
                "disk_bytes": record.bytes + record.ann_bytes + vector_index.projection_bytes(record.dim, projected)}
     vector_index.CANDIDATES, vector_index.CANDIDATES_PER_RESULT = shipped_candidates
+    vector_index.EARLIER_SEARCH_K = earlier_k
 
 
 def compare_rows(folder: Path, library: np.ndarray, queries, truth):
