@@ -77,17 +77,17 @@ def annoy_rows(args, folder: Path, library: np.ndarray, queries, truth, truth200
     n = len(library)
     shipped = (vector_index.trees_for(n), vector_index.PROJECTED_DIM)
     shipped_k = vector_index.SEARCH_K
-    saved = vector_index.N_TREES, vector_index.LARGE_N_TREES, vector_index.PROJECTED_DIM
-    vector_index.N_TREES = vector_index.LARGE_N_TREES = trees
+    saved = vector_index.N_TREES, vector_index.PROJECTED_DIM
+    vector_index.N_TREES = trees
     vector_index.PROJECTED_DIM = projected
     chunks = ((np.arange(s, min(s + 65536, n)) + 1, library[s:s + 65536]) for s in range(0, n, 65536))
     record, build_s, build_cpu = timed(lambda: vector_build.write_build(
         folder, f"bench-{trees}-{projected}", chunks, "bench", library.shape[1], n, kind="annoy-pca"))
-    vector_index.N_TREES, vector_index.LARGE_N_TREES, vector_index.PROJECTED_DIM = saved
+    vector_index.N_TREES, vector_index.PROJECTED_DIM = saved
     index = vector_index.VectorIndex(folder, record)
-    shipped_fraction = vector_index.SEARCH_K_FRACTION
+    shipped_fraction, earlier_k = vector_index.SEARCH_K_FRACTION, vector_index.EARLIER_SEARCH_K
     for k in sorted({shipped_k, *args.search_k}):
-        vector_index.SEARCH_K = k
+        vector_index.SEARCH_K = vector_index.EARLIER_SEARCH_K = k   # whatever the tree count
         # an asked-for search_k is measured as it is: the fraction of the build (150k at 1M) would override it
         vector_index.SEARCH_K_FRACTION = shipped_fraction if k == shipped_k else 0.0
         row = {"engine": "annoy", "size": n,
@@ -102,8 +102,10 @@ def annoy_rows(args, folder: Path, library: np.ndarray, queries, truth, truth200
                            truth200[:100], k=200)
             row.update(recall_at_200=wide["recall_at_200"], p50_ms_at_200=wide["p50_ms"])
         vector_index.SEARCH_K, vector_index.SEARCH_K_FRACTION = shipped_k, shipped_fraction
+        vector_index.EARLIER_SEARCH_K = earlier_k
         yield row
     shipped_candidates = vector_index.CANDIDATES, vector_index.CANDIDATES_PER_RESULT
+    vector_index.EARLIER_SEARCH_K = vector_index.SEARCH_K   # at the shipped search_k, whatever the tree count
     for c in args.candidates:   # c for 10 results (both constants: the larger of them counts)
         vector_index.CANDIDATES, vector_index.CANDIDATES_PER_RESULT = c, max(1, c // 10)
         yield {"engine": "annoy", "size": n, "setting": f"PCA {projected}, {trees} trees, search_k "
@@ -113,6 +115,7 @@ def annoy_rows(args, folder: Path, library: np.ndarray, queries, truth, truth200
                "build_s": build_s, "build_cpu_s": build_cpu, "shipped": False,
                "disk_bytes": record.bytes + record.ann_bytes + vector_index.projection_bytes(record.dim, projected)}
     vector_index.CANDIDATES, vector_index.CANDIDATES_PER_RESULT = shipped_candidates
+    vector_index.EARLIER_SEARCH_K = earlier_k
 
 
 def compare_rows(folder: Path, library: np.ndarray, queries, truth):

@@ -3,6 +3,7 @@
     .venv/bin/python bench/warm_search.py [--sizes 1000,100000] [--queries 200] [--cold-runs 10]
     .venv/bin/python bench/warm_search.py --before main      # the same loops with the code of git revision main
     .venv/bin/python bench/warm_search.py --keep "$TMPDIR/warm"   # build the indexes once, rerun on the same files
+    .venv/bin/python bench/warm_search.py --sizes 100000 --earlier-trees 10   # beside a build of 10 Annoy trees
 
 For each size: a synthetic index (random unit vectors in the model's space, written with the library's own Store and
 vector builder, as bench/search_latency.py does), then in fresh interpreters, each variant (this checkout, and
@@ -13,7 +14,10 @@ vector builder, as bench/search_latency.py does), then in fresh interpreters, ea
   - the text encoder alone on the new sentences (the model's numpy encoder, uncached, one BLAS thread for both
     variants): the floor of a new query;
   - cold: `imgtxt search` as a new process, median of --cold-runs, and a cold `python -c 'import numpy'` beside it;
-  - with --before: for how many of the new sentences both variants return the same 10 photos in the same order.
+  - with --before: for how many of the new sentences both variants return the same 10 photos in the same order;
+  - with --earlier-trees T: this checkout also searches a second index of each size whose Annoy files were built
+    with T trees (as an earlier version built them; searched with the search_k of such a build), in turn with
+    the first: what the tree count and its search_k change in a whole warm query.
 Wall time is what a user waits for; CPU time (all of the process's threads: BLAS threads that spin count) says the
 same with less of the machine's load in it (other programs on a busy machine take the cores, not this
 process's CPU seconds).
@@ -98,8 +102,11 @@ def main() -> None:
     parser.add_argument("--model", default=None)
     parser.add_argument("--before", default=None, help="git revision to compare with (e.g. main)")
     parser.add_argument("--keep", type=Path, default=None, help="build the indexes here and reuse them")
+    parser.add_argument("--earlier-trees", type=int, default=None,
+                        help="also search an index built with this many Annoy trees (the earlier default: 10)")
     args = parser.parse_args()
 
+    from imgtxt.library import vector_index
     from imgtxt.model.modelfile import TrainedModel
 
     queries = sentences(args.queries)
@@ -107,18 +114,24 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         model = TrainedModel.load(pick_model(args.model, tmp))
-        variants = [("this checkout", {**os.environ, "IMGTXT_BENCH_CODE": str(REPO)})]
+        variants = [("this checkout", {**os.environ, "IMGTXT_BENCH_CODE": str(REPO)}, "")]
         if args.before:
             code = checkout(args.before, tmp / "before")
-            variants.append((args.before, {**os.environ, "IMGTXT_BENCH_CODE": str(code)}))
+            variants.append((args.before, {**os.environ, "IMGTXT_BENCH_CODE": str(code)}, ""))
+        if args.earlier_trees:
+            variants.append((f"{args.earlier_trees}-tree build", variants[0][1], f"-t{args.earlier_trees}"))
         for n in (int(s) for s in args.sizes.split(",")):
             index_dir = (args.keep or tmp) / f"index-{n}"
-            if not (index_dir / "index.db").is_file():
-                fake_index(index_dir, model, n)
+            for _, _, suffix in variants:
+                if not (Path(f"{index_dir}{suffix}") / "index.db").is_file():
+                    trees = vector_index.N_TREES
+                    vector_index.N_TREES = args.earlier_trees if suffix else trees   # (the same vectors: seeded)
+                    fake_index(Path(f"{index_dir}{suffix}"), model, n)
+                    vector_index.N_TREES = trees
             results: dict[str, dict[str, list[float]]] = {}
             for _ in range(args.rounds):
-                for name, env in variants:
-                    out = subprocess.run([sys.executable, "-c", WARM, str(index_dir), json.dumps(queries)],
+                for name, env, suffix in variants:
+                    out = subprocess.run([sys.executable, "-c", WARM, f"{index_dir}{suffix}", json.dumps(queries)],
                                          check=True, capture_output=True, text=True, env=env).stdout
                     got = json.loads(out.splitlines()[-1])
                     mine = results.setdefault(name, {})
@@ -128,16 +141,17 @@ def main() -> None:
                     mine.setdefault("encoder cpu", []).extend(got["encoder_cpu"])
                     mine.setdefault("top", []).append(got["top"])
             cold: dict[str, list[float]] = {"import numpy": []}
-            cli = [sys.executable, "-c", RUN_CLI, "search", queries[0], "--index", str(index_dir)]
-            for name, env in variants:
-                timed(cli, env)   # the OS file cache warm, as a second search finds it
+            def cli(suffix):
+                return [sys.executable, "-c", RUN_CLI, "search", queries[0], "--index", f"{index_dir}{suffix}"]
+            for name, env, suffix in variants:
+                timed(cli(suffix), env)   # the OS file cache warm, as a second search finds it
             for _ in range(args.cold_runs):
                 cold["import numpy"].append(timed([sys.executable, "-c", "import numpy"])[0])
-                for name, env in variants:
-                    cold.setdefault(name, []).append(timed(cli, env)[0])
+                for name, env, suffix in variants:
+                    cold.setdefault(name, []).append(timed(cli(suffix), env)[0])
             base = statistics.median(cold["import numpy"])
             print(f"{n:>7} photos: cold `python -c 'import numpy'` median {base * 1e3:.0f} ms")
-            for name, _ in variants:
+            for name, _, _ in variants:
                 r, c = results[name], statistics.median(cold[name])
                 print(f"{n:>7} photos, {name}: cold `imgtxt search` median {c * 1e3:.0f} ms ({c / base:.2f}x import "
                       f"numpy, {args.cold_runs} runs)")
@@ -158,6 +172,12 @@ def main() -> None:
                       f"{len(queries)} new-text queries")
                 print(f"{n:>7} photos: cold search median, this checkout / {args.before}: "
                       f"{statistics.median(cold['this checkout']) / statistics.median(cold[args.before]):.2f}x")
+            if args.earlier_trees:
+                mine, old = results["this checkout"], results[f"{args.earlier_trees}-tree build"]
+                for key in ("new wall", "new cpu", "repeated wall", "repeated cpu"):
+                    print(f"{n:>7} photos: {key} p50 and p90, this checkout's build / the {args.earlier_trees}-tree "
+                          f"build: {pct(mine[key], .5) / pct(old[key], .5):.2f}x, "
+                          f"{pct(mine[key], .9) / pct(old[key], .9):.2f}x")
     print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 

@@ -226,18 +226,47 @@ def test_search_k_grows_with_the_results_asked_for_and_the_library():
     assert vector_index.search_k(10, 10**7) == round(vector_index.SEARCH_K_FRACTION * 10**7) > vector_index.SEARCH_K
 
 
-def test_large_builds_get_more_trees(tmp_path, monkeypatch):
-    """At 1M vectors 10 trees missed the recall asked (docs/vector-index.md): a build from LARGE_BUILD vectors
-    gets LARGE_N_TREES, and its record says so."""
-    assert vector_index.trees_for(vector_index.LARGE_BUILD - 1) == vector_index.N_TREES
-    assert vector_index.trees_for(vector_index.LARGE_BUILD) == vector_index.LARGE_N_TREES > vector_index.N_TREES
+def test_a_build_of_fewer_trees_keeps_the_search_k_it_was_built_for(tmp_path, monkeypatch):
+    """More trees reach the same recall with a smaller search_k (docs/vector-index.md). An index built by an
+    earlier version (fewer trees) is searched with EARLIER_SEARCH_K, as that version did, until the next run that
+    changes a vector rebuilds it with N_TREES."""
+    assert vector_index.search_k(10, 100_000, vector_index.N_TREES) == vector_index.SEARCH_K
+    assert vector_index.search_k(10, 100_000, vector_index.N_TREES - 1) == vector_index.EARLIER_SEARCH_K
+    monkeypatch.setattr(vector_index, "EXACT_MAX", 500)
+    monkeypatch.setattr(vector_index, "SEARCH_K_FRACTION", 0.0)
+    monkeypatch.setattr(vector_index, "N_TREES", 4)                       # an earlier version's build
+    store = Store(tmp_path)
+    add(store, clustered(2400, 0))
+    vector_build.sync(store, "m", DIM, "cosine")
+    monkeypatch.setattr(vector_index, "N_TREES", 8)                       # this version's
+    monkeypatch.setattr(vector_index, "EARLIER_SEARCH_K", 2399)
+    monkeypatch.setattr(vector_index, "SEARCH_K", 100)
+    calls = annoy_calls(monkeypatch)
+    queries = clustered(10, 2)
+    for query in queries:
+        vectors, hits = search(tmp_path, query, 10)
+        assert vectors.record.trees == 4 and same(hits, exact(tmp_path, query, 10))
+    assert calls == [2399] * len(queries)
+    before = files(tmp_path)
+    assert vector_build.sync(store, "m", DIM, "cosine").action == "unchanged"   # a run that wrote no vector
+    assert files(tmp_path) == before                                     # leaves the earlier build alone
+    add(store, clustered(1, 1), start=2400)         # one photo (well below REBUILD_FRACTION): the run writes anyway
+    synced = vector_build.sync(store, "m", DIM, "cosine")
+    assert synced.action == "rebuilt" and "4 Annoy trees are fewer than this version builds (8)" in synced.reason
+    vectors, hits = search(tmp_path, queries[0], 10)
+    assert vectors.record.trees == 8 and calls[-1] == 100 and len(vectors.ids) == 2401
+
+
+def test_builds_get_the_trees_measured_for_them(tmp_path, monkeypatch):
+    """At 1M vectors 10 trees missed the recall asked, and at 100k 50 trees reach 10 trees' recall with a smaller
+    search_k (docs/vector-index.md): every build gets N_TREES, and its record says so."""
+    assert vector_index.trees_for(1000) == vector_index.trees_for(10**6) == vector_index.N_TREES == 50
     monkeypatch.setattr(vector_index, "EXACT_MAX", 100)
-    monkeypatch.setattr(vector_index, "LARGE_BUILD", 200)
     store = Store(tmp_path)
     add(store, clustered(250, 0))
     assert vector_build.sync(store, "m", DIM, "cosine").action == "rebuilt"
     vectors = search(tmp_path, clustered(1, 1)[0], 1)[0]
-    assert vectors.record.kind == "annoy-pca" and vectors.record.trees == vector_index.LARGE_N_TREES
+    assert vectors.record.kind == "annoy-pca" and vectors.record.trees == vector_index.N_TREES
 
 
 def test_annoy_above_exact_max_finds_the_true_neighbours(tmp_path, monkeypatch):

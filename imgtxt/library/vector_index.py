@@ -30,8 +30,10 @@ Search: up to EXACT_MAX vectors every vector is scored (single-threaded). Above,
 candidates from its trees, ranks them in the projection, and the best candidates(want) of them are rescored by
 the caller's score function on their full vectors in the .vec, so every score is exact and only the candidate
 set is approximate; when search_k would reach the library's size, every vector is scored instead. The tree
-counts, SEARCH_K and PROJECTED_DIM were chosen by recall@10 against exact on vectors fitted to the shipped
-model's (bench/vector_search.py, docs/vector-index.md). The .add rows are always scored exactly; when they pass
+count, SEARCH_K and PROJECTED_DIM were chosen by recall@10 against exact on vectors fitted to the shipped
+model's (bench/vector_search.py, bench/annoy_settings.py, docs/vector-index.md): more trees let a smaller search_k
+find as many true neighbours, and Annoy's query costs about its search_k. A build of fewer trees (an earlier
+version's 10) is searched with the search_k it was measured at, EARLIER_SEARCH_K. The .add rows are always scored exactly; when they pass
 REBUILD_FRACTION of the build, or removed photos do, the next run rebuilds.
 Removed photos stay in the files as dead ids: the caller maps ids to paths through SQLite, which drops them,
 and asks for `dead` more candidates. A photo re-embedded in place (same id) has a newer .add row that overrides
@@ -50,9 +52,9 @@ import numpy as np
 from .store import COUNTER_MAX, vector_chunks
 
 EXACT_MAX = 50_000       # exact search up to here; Annoy above (docs/vector-index.md: the measured crossover)
-N_TREES = 10             # Annoy trees: recall@10 0.96 at 100k with SEARCH_K (docs)
-LARGE_BUILD, LARGE_N_TREES = 500_000, 50   # ... and from here: at 1M 10 trees fall short of 0.95 (docs)
-SEARCH_K = 30_000        # Annoy candidates per query for 10 results ...
+N_TREES = 50             # Annoy trees at every size: at 100k the recall of 10 trees for 0.74x the query (docs)
+SEARCH_K = 20_000        # Annoy candidates per query for 10 results ...
+EARLIER_SEARCH_K = 30_000   # ... from a build of fewer trees (earlier versions built 10 below 500k): as before
 SEARCH_K_FRACTION = 0.15  # ... or this fraction of the build, if more (from 200k photos; 150k at 1M, docs)
 RESULTS_PER_SEARCH_K = 10  # search_k grows in step with the results asked for beyond this many
 REBUILD_FRACTION = 0.10  # appended or dead rows beyond this fraction of the build trigger a full rebuild
@@ -108,13 +110,17 @@ def add_row_dtype(dim: int) -> np.dtype:
 
 
 def trees_for(count: int) -> int:
-    """Annoy trees for a build of `count` vectors."""
-    return LARGE_N_TREES if count >= LARGE_BUILD else N_TREES
+    """Annoy trees for a build of `count` vectors: N_TREES at every size (earlier versions built 10 below
+    500,000; at 1M those fell short of recall@10 0.95, docs)."""
+    return N_TREES
 
 
-def search_k(want: int, count: int) -> int:
-    """Annoy candidates for `want` results from a build of `count`: grows with `want` so -n 200 keeps its recall."""
-    per_ten = max(SEARCH_K, round(SEARCH_K_FRACTION * count))
+def search_k(want: int, count: int, trees: int | None = None) -> int:
+    """Annoy candidates for `want` results from a build of `count` vectors in `trees` trees (None: N_TREES):
+    grows with `want` so -n 200 keeps its recall. A build of fewer trees (an earlier version's) keeps the
+    search_k it was measured at, EARLIER_SEARCH_K, and so answers as it did."""
+    base = EARLIER_SEARCH_K if trees is not None and trees < N_TREES else SEARCH_K
+    per_ten = max(base, round(SEARCH_K_FRACTION * count))
     return per_ten * max(1, -(-want // RESULTS_PER_SEARCH_K))
 
 
@@ -336,7 +342,7 @@ class VectorIndex:
         """The `want` best (id, score) by `score_fn` ((M, D) float32 -> (M,) scores, higher is better)."""
         want = max(1, want)
         asked = want + len(self.overridden)
-        k = search_k(asked, len(self.ids))
+        k = search_k(asked, len(self.ids), self.record.trees)
         if self.annoy is None or k >= len(self.ids):
             ids, scores = self.ids, score_fn(self.vectors)
         else:
