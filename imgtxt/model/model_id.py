@@ -30,10 +30,11 @@ def photo_settings(config: dict) -> dict:
     layer set are left out: they are checked against the weights and the CNN at load, so they cannot change
     silently."""
     features, joint = config["features"], config["joint"]
-    settings = {"features.crops": features["crops"], "features.precision": features["precision"],
-                "joint.use_abs": joint["use_abs"], "joint.image_bias": joint.get("image_bias", False)}
-    if features["kind"] == "baseline":
-        settings["features.baseline_slice"] = features["baseline_slice"]
+    # .get: a run folder's best model may be saved from a partial config; loading refuses one without these keys
+    settings = {"features.crops": features.get("crops", 1), "features.precision": features.get("precision", "auto"),
+                "joint.use_abs": joint.get("use_abs", False), "joint.image_bias": joint.get("image_bias", False)}
+    if features.get("kind") == "baseline":
+        settings["features.baseline_slice"] = features.get("baseline_slice")
     for key in CONCEPT_KEYS if "concepts" in config else ():
         settings[f"concepts.{key}"] = config["concepts"][key]
     if config.get("search", {}).get("hubness"):
