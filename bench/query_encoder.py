@@ -23,14 +23,14 @@ from pathlib import Path
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-import numpy as np  # noqa: E402
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from warm_search import sentences  # noqa: E402
+from warm_search import sentences
 
-from imgtxt.model import tensor_file  # noqa: E402
-from imgtxt.model.modelfile import TrainedModel, default_model_dir  # noqa: E402
+from imgtxt.model import tensor_file
+from imgtxt.model.modelfile import TrainedModel, default_model_dir
 
 
 def percentiles(values: list[float]) -> tuple[float, float]:
