@@ -215,7 +215,8 @@ def test_choose_weights_on_a_split_where_the_conse_part_changes_nothing():
     images = rng.normal(size=(4, 3)).astype(np.float32)
     text = np.concatenate([np.repeat(images, 5, axis=0) + 0.5 * rng.normal(size=(20, 3)), np.zeros((20, 2))], axis=1)
     model = SimpleNamespace(config={"joint": {"embed_dim": 3}}, image_features=lambda raw: raw[:, :3],
-                            encode_image_features=lambda x: x, encode_text=lambda captions: text.astype(np.float32))
+                            encode_image_features=lambda x: x,
+                            encode_text=lambda captions, bridge: text.astype(np.float32))
     raw = np.concatenate([images, rng.normal(size=(4, 2)).astype(np.float32)], axis=1)   # raw_slice [1, 3]
     b = bridge()
     import inspect
@@ -244,9 +245,29 @@ def test_choose_weights_adds_the_conse_part_that_finds_the_right_photos():
     text = np.zeros((20, 5), np.float32)
     text[:, 3:] = np.repeat(np.array([[1, 0], [0, 1], [1, 0], [0, 1]], np.float32), 5, axis=0)
     model = SimpleNamespace(config={"joint": {"embed_dim": 3}}, image_features=lambda r: r[:, :3],
-                            encode_image_features=lambda x: x, encode_text=lambda captions: text)
+                            encode_image_features=lambda x: x, encode_text=lambda captions, bridge: text)
     w, cw, rows = choose_weights(model, bridge(), raw, [""] * 20, log=lambda m: None)
     none = rows[0]
     assert (none["weight"], none["confidence_weight"]) == (0.0, 0.0)
     assert len({r["rsum"] for r in rows[1:]}) == 1 and rows[1]["rsum"] > none["rsum"] + 50
     assert (w, cw) == (max(WEIGHTS), max(CONFIDENCE_WEIGHTS))
+
+
+def test_captions_encoded_for_a_bridge_the_model_does_not_have_yet():
+    """add-concepts scores a new bridge on a freshly trained model, which has none: the captions' ConSE part must
+    be their sentence vectors through that bridge, as the finished model encodes them (it once came out empty,
+    and `imgtxt add-concepts` failed on every model without a bridge)."""
+    from imgtxt.model.modelfile import TrainedModel, default_model_dir
+    from imgtxt.research.concepts_fit import FITTED_ON_TOP
+
+    shipped = TrainedModel.load(default_model_dir())
+    bare = TrainedModel.load(default_model_dir())
+    for key in (*FITTED_ON_TOP, "concepts"):    # what add_concepts drops, and the bridge itself
+        bare.config.pop(key, None)
+    assert bare.concepts is None and bare.hubness is None
+    captions = ["a dog runs along the beach", "a cup of coffee on a table"]
+    h = bare.config["joint"]["embed_dim"]
+    assert bare.encode_text(captions).shape == (2, h)
+    got = bare.encode_text(captions, bridge=shipped.concepts)
+    assert got.shape == (2, shipped.content_dim)
+    np.testing.assert_allclose(got, shipped.encode_text(captions)[:, :shipped.content_dim], atol=1e-6)

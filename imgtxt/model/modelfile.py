@@ -312,14 +312,17 @@ class TrainedModel:
         """A one-line reason when this text cannot be a query (empty, no known word), else None."""
         return self.text.check_query(text)
 
-    def encode_text(self, texts: list[str], batch_size: int = 512, progress=None) -> np.ndarray:
+    def encode_text(self, texts: list[str], batch_size: int = 512, progress=None, bridge=None) -> np.ndarray:
         """Captions -> vectors (N, vector_dim) float32 with the text encoder's numpy runtime: the joint part,
         then the sentence vector for the ConSE part when the model has one. Batches hold captions of similar
-        length (padding is wasted work); progress(done) after each batch."""
-        text, bridge, h = self.text, self.concepts, self.config["joint"]["embed_dim"]
+        length (padding is wasted work); progress(done) after each batch. `bridge`: a ConSE bridge to encode
+        for instead of the model's own (add-concepts scores a new bridge on a model that may have none)."""
+        text, h = self.text, self.config["joint"]["embed_dim"]
+        bridge = self.concepts if bridge is None else bridge
+        content_dim = h + (bridge.dim if bridge is not None else 0)
         order = np.argsort([text.sort_key(t) for t in texts], kind="stable") if len(texts) > batch_size \
             else np.arange(len(texts))
-        out = np.empty((len(texts), self.vector_dim), np.float32)
+        out = np.empty((len(texts), content_dim + (1 if self.hubness else 0)), np.float32)
         for s in range(0, len(texts), batch_size):
             rows = order[s:s + batch_size]
             tokens = [text.tokenize(texts[i]) for i in rows]
@@ -327,7 +330,7 @@ class TrainedModel:
                 out[rows, :h] = text.encode(tokens)
             else:
                 joint, sentence = text.encode_with_sentence(tokens)
-                out[rows, :h], out[rows, h:self.content_dim] = joint, bridge.text_part(sentence)
+                out[rows, :h], out[rows, h:content_dim] = joint, bridge.text_part(sentence)
             if progress is not None:
                 progress(min(s + batch_size, len(texts)))
         if self.use_abs:

@@ -122,7 +122,7 @@ def choose_weights(model: TrainedModel, bridge: concepts.ConceptBridge, raw_val:
     say among those within `tolerance` rsum of the best (everyday objects need it; val barely does)."""
     h = model.config["joint"]["embed_dim"]
     joint_images = model.encode_image_features(model.image_features(raw_val))
-    text = model.encode_text(captions)
+    text = model.encode_text(captions, bridge=bridge)   # the model may have no bridge yet, or an old one
     joint_scores = joint_images @ text[:, :h].T
     top1 = bridge.class_probabilities(raw_val).max(axis=1)
     rows = []
