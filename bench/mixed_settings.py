@@ -1,0 +1,114 @@
+"""The search score's fitted weights (the ConSE bridge's weight, the hubness weight and its form) chosen again on
+the mixed benchmark (bench/mixed_library.py's gallery and queries), beside Flickr8k val.
+
+    python bench/mixed_settings.py --data-dir ../shared/data/flickr8k [--model DIR] [--work DIR] [--json]
+
+Today's search score is joint cosine + gate x ConSE score + the photo's hubness term (docs/method.md). Both the
+ConSE weight and the hubness term are fitted on Flickr8k val alone (`imgtxt add-concepts`, `imgtxt tune-search`).
+Here each is varied around the model's own setting, the others kept, and every query of the mixed benchmark is
+ranked over the whole gallery:
+  ConSE weight   the model's x 1, 4/3, 5/3, 2, 8/3 (the photo's ConSE part scales with it; confidence weight kept);
+  hubness        weight 0, 0.25, 0.5, 0.75 (the photo's offset as the model measures it), in two forms:
+                 linear  -w (offset - center), today's: a photo far from every training caption is lifted;
+                 penalty -w max(offset - center, 0): hubs are pushed down, nothing is lifted.
+For each setting: R@1/5/10 per query kind in the mixed gallery and their "mean sum" (the kinds' mean of
+R@1+R@5+R@10); Flickr8k val t2i among the 1,000 val photos alone (R@1+R@5+R@10; what a search-side weight moves;
+the ConSE weight moves val i2t too, which `imgtxt add-concepts` prints); and "intrusions": of the caption and the
+phrase queries, the share whose 10 best photos hold an object photo (the dev set's 20 photos among 1,020: a photo
+the classifier is sure of taking a scene query's places). In sample: a selection, not a measurement.
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import mixed_library  # the gallery's photos and the queries file
+import mixed_rerank  # the score's parts over the gallery
+import object_devset
+
+KINDS = ("caption", "phrase", "object", "photo-of")
+CONSE_FACTORS = (1.0, 4 / 3, 5 / 3, 2.0, 8 / 3)
+HUB_WEIGHTS = (0.0, 0.25, 0.5, 0.75)
+FORMS = ("linear", "penalty")
+
+
+def first_right_ranks(scores: np.ndarray, right: list, rows: np.ndarray) -> np.ndarray:
+    """1-based rank of each row's best right photo (ties count against it: tie-safe)."""
+    return np.array([1 + int((scores[r] > scores[r][list(right[r])].max()).sum()) for r in rows])
+
+
+def hub_term(distance: np.ndarray, form: str, weight: float) -> np.ndarray:
+    """A photo's hubness term from its offset above the val photos' mean (`distance`)."""
+    return -weight * (distance if form == "linear" else np.maximum(distance, 0.0))
+
+
+def sweep(parts, kinds: np.ndarray, right: list, flickr: int, conse_weight: float, hub_weight: float) -> list[dict]:
+    if hub_weight <= 0:
+        raise SystemExit("mixed_settings: the model has no hubness term to vary (imgtxt tune-search first)")
+    distance = -parts.hub / hub_weight   # parts.hub = -w (offset - center)
+    rows = np.arange(len(kinds))
+    out = []
+    for factor, form, weight in itertools.product(CONSE_FACTORS, FORMS, HUB_WEIGHTS):
+        if form == "penalty" and weight == 0:
+            continue
+        scores = parts.joint + factor * parts.gate[:, None] * parts.conse + hub_term(distance, form, weight)[None, :]
+        row = {"conse_weight": round(conse_weight * factor, 3), "hub_form": form, "hub_weight": weight,
+               "model_setting": factor == 1.0 and form == "linear" and weight == hub_weight}
+        for kind in KINDS:
+            r = first_right_ranks(scores, right, rows[kinds == kind])
+            row[kind] = [round(100 * float(np.mean(r <= k)), 1) for k in (1, 5, 10)]
+        row["mean_sum"] = round(float(np.mean([sum(row[k]) for k in KINDS])), 1)
+        captions = rows[kinds == "caption"]
+        r = first_right_ranks(scores[:, :flickr], right, captions)
+        row["val_t2i_sum"] = round(sum(100 * float(np.mean(r <= k)) for k in (1, 5, 10)), 2)
+        for kind in ("caption", "phrase"):
+            top = np.argsort(-scores[rows[kinds == kind]], axis=1, kind="stable")[:, :10]
+            row[f"intrusions_{kind}"] = round(100 * float(np.mean((top >= flickr).any(axis=1))), 1)
+        out.append(row)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data-dir", required=True, help="Flickr8k (val: the gallery and the captions)")
+    parser.add_argument("--model", type=Path, help="model folder (default: the shipped model)")
+    parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "imgtxt-mixed-library")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    from imgtxt import paths
+    from imgtxt.model.modelfile import TrainedModel
+
+    try:
+        photos = args.work / "photos" / "objects"
+        object_devset.copy_photos(photos)
+        queries = mixed_library.write_queries(photos, args.work / "object-queries.tsv", args.data_dir)
+    except object_devset.DevSetError as e:
+        raise SystemExit(f"mixed_settings: {e}") from None
+    model_dir = args.model or paths.default_model_dir()
+    config = TrainedModel.load(model_dir).config
+    parts, kinds, right, _, flickr = mixed_rerank.load(model_dir, args.data_dir, photos, queries)
+    rows = sweep(parts, kinds, right, flickr, config["concepts"]["weight"],
+                 config.get("search", {}).get("hubness", {}).get("weight", 0.0))
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return
+    print(f"{'ConSE':>6} {'hubness':>13} " + "".join(f"{k:>19}" for k in KINDS)
+          + f"{'mean sum':>9}{'val t2i':>9}{'intrusions cap / phr':>22}")
+    for r in rows:
+        mark = " <- the model's" if r["model_setting"] else ""
+        print(f"{r['conse_weight']:>6.3f} {r['hub_form']:>8} {r['hub_weight']:<4} "
+              + "".join(f"{' / '.join(f'{v:.1f}' for v in r[k]):>19}" for k in KINDS)
+              + f"{r['mean_sum']:>9.1f}{r['val_t2i_sum']:>9.2f}"
+              + f"{r['intrusions_caption']:>12.1f} / {r['intrusions_phrase']:<7.1f}{mark}")
+
+
+if __name__ == "__main__":
+    main()
