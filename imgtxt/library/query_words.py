@@ -10,6 +10,10 @@ sentences and find unrelated photos without a word of explanation. Here:
     "quokka"): edit distance 1 (a transposition counts as one), else 2; among equally close words the one the
     bank uses most wins ("dgo" -> "dog", not the more frequent "do"), then the dictionary's frequency. A
     capitalised word after the first is a name, left alone;
+  - the caption bank has typos of its own (Flickr8k's captions write "feild" 3 times, "field" 997): a word of
+    5 letters or more that only the bank knows is corrected when a dictionary word one edit away is used
+    BANK_TYPO_RATIO times as often; never a thing the classifier names in the bank's class lines ("A photo of a
+    clumber." is a spaniel, not a typo of "climber"), nor a short word ("hdr");
   - a query whose words are mostly unknown in English but known in another language the word lists cover, or
     that has letters but none of the Latin alphabet, is searched as typed, with a hint that imgtxt reads English.
 What was searched is said on stderr ("searching for: a dog running on the grass").
@@ -22,6 +26,9 @@ from functools import lru_cache
 
 WORD = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)?")   # letters of any alphabet, an apostrophe inside
 OTHER_LANGUAGES = ("fr", "de", "es", "it")   # pyspellchecker's lists besides English (each ~0.2 s to load, once)
+BANK_TYPO_RATIO = 50   # "feild" (3 uses) -> "field" (997); "cafe" (2) stays beside "cake" (9)
+CLASS_LINE = re.compile(r"A photo of an? ")   # the caption bank's class lines (imgtxt add-concepts writes them)
+NAMED = 10**6          # the count a class line's words get: no other word is used that much more
 ENGLISH_HINT = ("imgtxt reads English: this query has no English words, so its results are unrelated guesses; "
                 "describe the photo in English")
 
@@ -41,7 +48,13 @@ def read_model_query(model, text: str, notices: list[str], also_known=None) -> s
     def bank_words():
         from collections import Counter
 
-        return Counter(w for line in model.caption_bank() for w in WORD.findall(line.lower()))
+        counts = Counter()
+        for line in model.caption_bank():
+            words = WORD.findall(line.lower())
+            counts.update(words)
+            if CLASS_LINE.match(line):   # the classifier's names are words, not the bank's typos
+                counts.update({w: NAMED for w in words})
+        return counts
 
     reading = read_query(text, (lambda w: w in vocab or also_known(w)) if also_known else vocab.__contains__,
                          bank_words)
@@ -75,8 +88,8 @@ def read_query(text: str, known, bank_words=None) -> QueryReading:
         word = m.group().lower()
         if m.group()[0].isupper() and i > 0:   # a name (Porto, Sevilla): not a typo to correct
             continue
-        if word in unknown and not known(word) and not counts.get(word):
-            fixed = _correct(word, english, counts)
+        if word in unknown and not known(word):
+            fixed = _bank_typo(word, english, counts) if counts.get(word) else _correct(word, english, counts)
             if fixed and fixed != word:
                 pieces += [text[last:m.start()], fixed]
                 last, changed = m.end(), True
@@ -108,6 +121,16 @@ def _correct(word: str, english, counts) -> str | None:
         if close:
             return max(sorted(close), key=lambda w: (counts[w], english.word_usage_frequency(w)))
     return None
+
+
+def _bank_typo(word: str, english, counts) -> str | None:
+    """A word the caption bank uses but the dictionary does not know, read as the bank's own typo: the dictionary
+    word one edit away that the bank uses most, if that is at least BANK_TYPO_RATIO times as often; else None."""
+    if len(word) < 5 or not word.isalpha():
+        return None
+    close = [w for w in english.known(english.edit_distance_1(word))
+             if counts.get(w, 0) >= BANK_TYPO_RATIO * counts[word]]
+    return max(sorted(close), key=lambda w: (counts[w], english.word_usage_frequency(w))) if close else None
 
 
 @lru_cache(maxsize=None)
