@@ -108,6 +108,17 @@ def write_queries(photos: Path, path: Path, data_dir: str) -> Path:
     return path
 
 
+def prepare(work: Path, data_dir: str, script: str) -> tuple[Path, Path]:
+    """(the object photos' folder, the queries file) under `work`, made if needed; a one-line exit naming
+    `script` when the dev photos cannot be copied."""
+    try:
+        photos = work / "photos" / "objects"
+        object_devset.copy_photos(photos)
+        return photos, write_queries(photos, work / "object-queries.tsv", data_dir)
+    except object_devset.DevSetError as e:
+        raise SystemExit(f"{script}: {e}") from None
+
+
 def own_gallery(bench, flickr_photos: int):
     """The same queries, each among its own domain's photos only (the others scored -inf)."""
     scores = np.array(bench.scores, copy=True)

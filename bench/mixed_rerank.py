@@ -31,8 +31,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import mixed_library  # noqa: E402  (the gallery, its photos and the queries file)
-import object_devset  # noqa: E402
+import mixed_library  # the gallery, its photos and the queries file
 
 KINDS = ("caption", "phrase", "object", "photo-of")
 
@@ -203,12 +202,7 @@ def main() -> None:
     args = parser.parse_args()
     from imgtxt import paths
 
-    try:
-        photos = args.work / "photos" / "objects"
-        object_devset.copy_photos(photos)
-        queries = mixed_library.write_queries(photos, args.work / "object-queries.tsv", args.data_dir)
-    except object_devset.DevSetError as e:
-        raise SystemExit(f"mixed_rerank: {e}") from None
+    photos, queries = mixed_library.prepare(args.work, args.data_dir, "mixed_rerank")
     parts, kinds, right, groups, flickr = load(args.model or paths.default_model_dir(), args.data_dir, photos, queries)
     cands = Candidates(parts, right, args.top)
     results = cross_validate(cands, kinds, groups, args.seeds, args.caption_weight)

@@ -32,7 +32,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import mixed_library  # the gallery's photos and the queries file
 import mixed_rerank  # the score's parts over the gallery
-import object_devset
 
 KINDS = ("caption", "phrase", "object", "photo-of")
 CONSE_FACTORS = (1.0, 4 / 3, 5 / 3, 2.0, 8 / 3)
@@ -86,12 +85,7 @@ def main() -> None:
     from imgtxt import paths
     from imgtxt.model.modelfile import TrainedModel
 
-    try:
-        photos = args.work / "photos" / "objects"
-        object_devset.copy_photos(photos)
-        queries = mixed_library.write_queries(photos, args.work / "object-queries.tsv", args.data_dir)
-    except object_devset.DevSetError as e:
-        raise SystemExit(f"mixed_settings: {e}") from None
+    photos, queries = mixed_library.prepare(args.work, args.data_dir, "mixed_settings")
     model_dir = args.model or paths.default_model_dir()
     config = TrainedModel.load(model_dir).config
     parts, kinds, right, _, flickr = mixed_rerank.load(model_dir, args.data_dir, photos, queries)
