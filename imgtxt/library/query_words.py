@@ -28,7 +28,6 @@ WORD = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)?")   # letters of any alphabet, an a
 OTHER_LANGUAGES = ("fr", "de", "es", "it")   # pyspellchecker's lists besides English (each ~0.2 s to load, once)
 BANK_TYPO_RATIO = 50   # "feild" (3 uses) -> "field" (997); "cafe" (2) stays beside "cake" (9)
 CLASS_LINE = re.compile(r"A photo of an? ")   # the caption bank's class lines (imgtxt add-concepts writes them)
-NAMED = 10**6          # the count a class line's words get: no other word is used that much more
 ENGLISH_HINT = ("imgtxt reads English: this query has no English words, so its results are unrelated guesses; "
                 "describe the photo in English")
 
@@ -48,16 +47,13 @@ def read_model_query(model, text: str, notices: list[str], also_known=None) -> s
     def bank_words():
         from collections import Counter
 
-        counts = Counter()
-        for line in model.caption_bank():
-            words = WORD.findall(line.lower())
-            counts.update(words)
-            if CLASS_LINE.match(line):   # the classifier's names are words, not the bank's typos
-                counts.update({w: NAMED for w in words})
-        return counts
+        return Counter(w for line in model.caption_bank() for w in WORD.findall(line.lower()))
+
+    def bank_names():   # the classifier's names (its class lines' words) are words, not the bank's typos
+        return {w for line in model.caption_bank() if CLASS_LINE.match(line) for w in WORD.findall(line.lower())}
 
     reading = read_query(text, (lambda w: w in vocab or also_known(w)) if also_known else vocab.__contains__,
-                         bank_words)
+                         bank_words, bank_names)
     if reading.note == ENGLISH_HINT and model.check_query(reading.text):   # the model knows none of its words
         from .query import QueryError
 
@@ -67,9 +63,10 @@ def read_model_query(model, text: str, notices: list[str], also_known=None) -> s
     return reading.text
 
 
-def read_query(text: str, known, bank_words=None) -> QueryReading:
+def read_query(text: str, known, bank_words=None, bank_names=None) -> QueryReading:
     """`known(word)`: whether the model's vocabulary has the lower-cased word (the fast path); `bank_words()`:
-    a Counter of the caption bank's lower-cased words, asked only when a word is unknown."""
+    a Counter of the caption bank's lower-cased words, asked only when a word is unknown; `bank_names()`: the
+    bank's words that name things (never read as its typos)."""
     words = [m.group().lower() for m in WORD.finditer(text)]
     latin = [w for w in words if w.isascii()]
     if not latin:
@@ -83,13 +80,15 @@ def read_query(text: str, known, bank_words=None) -> QueryReading:
     if len(unknown) * 3 >= len(words) and _reads_foreign(words, len(words) - len(unknown)):
         return QueryReading(text, ENGLISH_HINT)
     counts = bank_words() if bank_words is not None else {}
+    names = bank_names() if bank_names is not None else set()
     pieces, last, changed = [], 0, False
     for i, m in enumerate(WORD.finditer(text)):
         word = m.group().lower()
         if m.group()[0].isupper() and i > 0:   # a name (Porto, Sevilla): not a typo to correct
             continue
         if word in unknown and not known(word):
-            fixed = _bank_typo(word, english, counts) if counts.get(word) else _correct(word, english, counts)
+            fixed = (None if word in names else _bank_typo(word, english, counts)) if counts.get(word) \
+                else _correct(word, english, counts)
             if fixed and fixed != word:
                 pieces += [text[last:m.start()], fixed]
                 last, changed = m.end(), True
