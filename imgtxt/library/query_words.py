@@ -44,13 +44,20 @@ def read_model_query(model, text: str, notices: list[str], also_known=None) -> s
     wordpiece = getattr(model.text, "ascii", None)   # MiniLM's WordPiece vocabulary (other kinds: none)
     vocab = wordpiece.vocab if wordpiece is not None else {}
 
+    bank: list[str] = []   # the caption bank's lines, read once and only for a query with an unknown word
+
+    def bank_lines():
+        if not bank:
+            bank.extend(model.caption_bank())
+        return bank
+
     def bank_words():
         from collections import Counter
 
-        return Counter(w for line in model.caption_bank() for w in WORD.findall(line.lower()))
+        return Counter(w for line in bank_lines() for w in WORD.findall(line.lower()))
 
     def bank_names():   # the classifier's names (its class lines' words) are words, not the bank's typos
-        return {w for line in model.caption_bank() if CLASS_LINE.match(line) for w in WORD.findall(line.lower())}
+        return {w for line in bank_lines() if CLASS_LINE.match(line) for w in WORD.findall(line.lower())}
 
     reading = read_query(text, (lambda w: w in vocab or also_known(w)) if also_known else vocab.__contains__,
                          bank_words, bank_names)
@@ -80,15 +87,18 @@ def read_query(text: str, known, bank_words=None, bank_names=None) -> QueryReadi
     if len(unknown) * 3 >= len(words) and _reads_foreign(words, len(words) - len(unknown)):
         return QueryReading(text, ENGLISH_HINT)
     counts = bank_words() if bank_words is not None else {}
-    names = bank_names() if bank_names is not None else set()
+    names = None
     pieces, last, changed = [], 0, False
     for i, m in enumerate(WORD.finditer(text)):
         word = m.group().lower()
         if m.group()[0].isupper() and i > 0:   # a name (Porto, Sevilla): not a typo to correct
             continue
         if word in unknown and not known(word):
-            fixed = (None if word in names else _bank_typo(word, english, counts)) if counts.get(word) \
-                else _correct(word, english, counts)
+            if not counts.get(word):
+                fixed = _correct(word, english, counts)
+            else:   # a word only the bank knows: its typo, unless the bank names a thing with it
+                names = names if names is not None else bank_names() if bank_names is not None else set()
+                fixed = None if word in names else _bank_typo(word, english, counts)
             if fixed and fixed != word:
                 pieces += [text[last:m.start()], fixed]
                 last, changed = m.end(), True
