@@ -1,0 +1,168 @@
+"""MiniLM's six layers as an OpenVINO graph built from the model's stored weights, against the numpy encoder a search
+runs, on the same new sentences (one thread each; what a warm query's encoder could cost on another runtime).
+
+    OMP_NUM_THREADS=1 .venv/bin/python bench/query_encoder_openvino.py [--model weights/default] [--queries 200]
+
+Each way runs in its own process (so its memory is its own), after 20 warm-up sentences:
+  numpy        the shipped encoder's layers (int8 column blocks cast to float32, tensor_file.Dense);
+  int8-dq      the int8 matrices as OpenVINO compressed weights (int8 x per-row scale), its CPU plugin's default
+               dynamic quantisation of the activations on;
+  int8         the same with DYNAMIC_QUANTIZATION_GROUP_SIZE 0: float32 activations;
+  ...-dynamic  each of those compiled once with a dynamic token count instead of once per count.
+A static graph is compiled for each token count met (the sentences here have 7). Printed per way: the layers' CPU
+and wall ms a query (p50), the largest hidden-state difference from numpy's and the largest 1 - cosine of the
+mean-pooled states, and the process's peak RSS. The embeddings, pooling and head stay in numpy in every way.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from warm_search import sentences
+
+WAYS = ("numpy", "int8-dq", "int8", "int8-dq-dynamic", "int8-dynamic")
+
+
+def build_graph(runtime):
+    """The layers as an openvino.Model over (1, T, 384) embeddings (T dynamic)."""
+    import openvino as ov
+    import openvino.opset13 as ops
+
+    from imgtxt.model.text_encoders.minilm import PREFIX
+
+    tensors, config = runtime.tensors, runtime.config
+    heads, width = config["heads"], 384
+
+    def const(name):
+        return ops.constant(np.asarray(tensors[PREFIX + name], np.float32))
+
+    def dense(x, name):
+        full = PREFIX + name + ".weight"
+        q, scale = tensors.stored(full), np.asarray(tensors.stored(full + ".scale"), np.float32)
+        w = ops.multiply(ops.convert(ops.constant(q), ov.Type.f32), ops.constant(scale.reshape(-1, 1)))
+        return ops.add(ops.matmul(x, w, False, True), const(name + ".bias"))
+
+    def norm(x, name):
+        n = ops.mvn(x, ops.constant(np.array([-1], np.int64)), True, float(config["layer_norm_eps"]), "inside_sqrt")
+        return ops.add(ops.multiply(n, const(name + ".weight")), const(name + ".bias"))
+
+    def split(t):
+        t = ops.reshape(t, ops.constant(np.array([1, -1, heads, width // heads], np.int64)), False)
+        return ops.transpose(t, ops.constant(np.array([0, 2, 1, 3], np.int64)))
+
+    x_in = ops.parameter([1, -1, width], ov.Type.f32, name="embeddings")
+    x = x_in
+    for i in range(config["layers"]):
+        p = f"encoder.layer.{i}."
+        q, k, v = (split(dense(x, p + f"attention.self.{n}")) for n in ("query", "key", "value"))
+        attn = ops.softmax(ops.multiply(ops.matmul(q, k, False, True),
+                                        ops.constant(np.float32(1 / math.sqrt(width // heads)))), -1)
+        ctx = ops.transpose(ops.matmul(attn, v, False, False), ops.constant(np.array([0, 2, 1, 3], np.int64)))
+        ctx = ops.reshape(ctx, ops.constant(np.array([1, -1, width], np.int64)), False)
+        x = norm(ops.add(dense(ctx, p + "attention.output.dense"), x), p + "attention.output.LayerNorm")
+        inner = ops.gelu(dense(x, p + "intermediate.dense"), "erf")
+        x = norm(ops.add(dense(inner, p + "output.dense"), x), p + "output.LayerNorm")
+    return ov.Model([x], [x_in])
+
+
+def run_way(way: str, model_dir: str | None, queries: int) -> dict:
+    from threadpoolctl import threadpool_limits
+
+    from imgtxt.model.modelfile import TrainedModel, default_model_dir
+    from imgtxt.model.text_encoders import minilm
+
+    model = TrainedModel.load(Path(model_dir) if model_dir else default_model_dir())
+    runtime = model.text
+    config = runtime.config
+    tokens = [runtime.tokenize(q) for q in sentences(queries + 20)]
+
+    def embed(t):   # hidden_states' first step, as the numpy encoder does it
+        used = np.array(sorted(set(t)), np.int64)
+        words = runtime.tensors.rows(minilm.PREFIX + "embeddings.word_embeddings.weight", used)
+        e = (words[np.searchsorted(used, np.array([t]))] + runtime._w("embeddings.position_embeddings.weight")[:len(t)]
+             + runtime._w("embeddings.token_type_embeddings.weight")[0])
+        return minilm.layer_norm(e, runtime._w("embeddings.LayerNorm.weight"), runtime._w("embeddings.LayerNorm.bias"),
+                                 config["layer_norm_eps"])
+
+    layers = lambda t: runtime.hidden_states([t])[0][0]
+    if way != "numpy":
+        import openvino as ov
+
+        graph, core = build_graph(runtime), ov.Core()
+        settings = {"INFERENCE_NUM_THREADS": 1, "NUM_STREAMS": 1, "INFERENCE_PRECISION_HINT": "f32"}
+        if "dq" not in way:
+            settings["DYNAMIC_QUANTIZATION_GROUP_SIZE"] = 0
+        compiled: dict = {}
+
+        def request(n):
+            key = 0 if way.endswith("dynamic") else n
+            if key not in compiled:
+                g = graph
+                if key:
+                    g = graph.clone()
+                    g.reshape({0: [1, n, 384]})
+                compiled[key] = core.compile_model(g, "CPU", settings).create_infer_request()
+            return compiled[key]
+
+        layers = lambda t: request(len(t)).infer({0: embed(t)})[0][0]
+    cpu, wall, states = [], [], []
+    with threadpool_limits(limits=1, user_api="blas"):
+        for t in tokens[:20]:
+            layers(t)
+        for t in tokens[20:]:
+            c, w = time.process_time(), time.perf_counter()
+            states.append(np.array(layers(t)))
+            cpu.append(time.process_time() - c)
+            wall.append(time.perf_counter() - w)
+        reference = [runtime.hidden_states([t])[0][0] for t in tokens[20:]]
+    diff = max(float(np.abs(s - r).max()) for s, r in zip(states, reference))
+    cos = max(float(1 - (s.mean(0) @ r.mean(0)) / np.linalg.norm(s.mean(0)) / np.linalg.norm(r.mean(0)))
+              for s, r in zip(states, reference))
+    return {"way": way, "cpu_p50_ms": round(1e3 * float(np.median(cpu)), 2),
+            "wall_p50_ms": round(1e3 * float(np.median(wall)), 2), "max_state_diff": diff,
+            "max_pooled_1_minus_cos": cos, "token_counts": len({len(t) for t in tokens}),
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default=None)
+    ap.add_argument("--queries", type=int, default=200)
+    ap.add_argument("--way", choices=WAYS, help=argparse.SUPPRESS)   # one way in this process
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    if args.way:
+        print(json.dumps(run_way(args.way, args.model, args.queries)))
+        return
+    rows = []
+    for way in WAYS:
+        cmd = [sys.executable, __file__, "--way", way, "--queries", str(args.queries)]
+        if args.model:
+            cmd += ["--model", args.model]
+        out = subprocess.run(cmd, capture_output=True, text=True, check=True)
+        rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return
+    print(f"{'way':<16}{'CPU p50':>9}{'wall p50':>10}{'max state diff':>16}{'1 - cos pooled':>16}{'peak RSS':>10}")
+    for r in rows:
+        print(f"{r['way']:<16}{r['cpu_p50_ms']:>7.2f}ms{r['wall_p50_ms']:>8.2f}ms{r['max_state_diff']:>16.1e}"
+              f"{r['max_pooled_1_minus_cos']:>16.1e}{r['peak_rss_mb']:>7} MB")
+
+
+if __name__ == "__main__":
+    main()
