@@ -12,6 +12,12 @@ Each way runs in its own process (so its memory is its own), after 20 warm-up se
 A static graph is compiled for each token count met (the sentences here have 7). Printed per way: the layers' CPU
 and wall ms a query (p50), the largest hidden-state difference from numpy's and the largest 1 - cosine of the
 mean-pooled states, and the process's peak RSS. The embeddings, pooling and head stay in numpy in every way.
+
+    OMP_NUM_THREADS=1 .venv/bin/python bench/query_encoder_openvino.py --agreement ../shared/data/flickr8k
+
+instead encodes each of Flickr8k val's 5,000 captions as a search query, once by numpy and once with the
+int8-dq-dynamic layers, and ranks the 1,000 val photos (as an index stores them) with each: t2i R@1/5/10 of both,
+and for how many captions the top photo, the top 10 as a set and the top 10 in order are the same.
 """
 from __future__ import annotations
 
@@ -138,13 +144,63 @@ def run_way(way: str, model_dir: str | None, queries: int) -> dict:
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024}
 
 
+def agreement(model_dir: str | None, data_dir: str) -> dict:
+    import openvino as ov
+    from threadpoolctl import threadpool_limits
+
+    from imgtxt.model import search_tuning
+    from imgtxt.model.modelfile import TrainedModel, default_model_dir
+    from imgtxt.model.text_encoders import minilm
+    from imgtxt.research.calibrate import split_vectors
+    from imgtxt.research.datasets import load_split
+    from imgtxt.research.metrics import evaluate_scores
+
+    model = TrainedModel.load(Path(model_dir) if model_dir else default_model_dir())
+    runtime, config = model.text, model.text.config
+    photos, _ = split_vectors(model, "flickr8k", data_dir, "val", quiet=True)
+    captions = load_split("flickr8k", data_dir, "val", check_images=False).captions
+    request = ov.Core().compile_model(build_graph(runtime), "CPU", {
+        "INFERENCE_NUM_THREADS": 1, "NUM_STREAMS": 1, "INFERENCE_PRECISION_HINT": "f32"}).create_infer_request()
+
+    def openvino_layers(token_lists, layers=None):   # one sentence at a time, as a search encodes its query
+        (t,) = token_lists
+        used = np.array(sorted(set(t)), np.int64)
+        words = runtime.tensors.rows(minilm.PREFIX + "embeddings.word_embeddings.weight", used)
+        e = (words[np.searchsorted(used, np.array([t]))] + runtime._w("embeddings.position_embeddings.weight")[:len(t)]
+             + runtime._w("embeddings.token_type_embeddings.weight")[0])
+        e = minilm.layer_norm(e, runtime._w("embeddings.LayerNorm.weight"), runtime._w("embeddings.LayerNorm.bias"),
+                              config["layer_norm_eps"])
+        return request.infer({0: e})[0].copy(), np.ones((1, len(t)), bool)
+
+    with threadpool_limits(limits=1, user_api="blas"):
+        numpy_way = np.vstack([search_tuning.gate_queries(model, model.encode_text([c])) for c in captions])
+        runtime.hidden_states = openvino_layers
+        openvino_way = np.vstack([search_tuning.gate_queries(model, model.encode_text([c])) for c in captions])
+    out = {"captions": len(captions)}
+    tops = []
+    for name, queries in (("numpy", numpy_way), ("openvino_int8_dq", openvino_way)):
+        scores = photos @ queries.T
+        t2i = evaluate_scores(scores, 5)["t2i"]
+        out[name + "_t2i"] = [round(float(t2i[k]), 2) for k in ("r1", "r5", "r10")]
+        tops.append(np.argsort(-scores.T, axis=1, kind="stable")[:, :10])
+    out["same_top1"] = round(float(np.mean(tops[0][:, 0] == tops[1][:, 0])), 4)
+    out["same_top10_set"] = round(float(np.mean([set(a) == set(b) for a, b in zip(*tops)])), 4)
+    out["same_top10_order"] = round(float(np.mean((tops[0] == tops[1]).all(axis=1))), 4)
+    out["max_score_diff"] = float(np.abs(photos @ numpy_way.T - photos @ openvino_way.T).max())
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default=None)
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--way", choices=WAYS, help=argparse.SUPPRESS)   # one way in this process
+    ap.add_argument("--agreement", metavar="FLICKR8K_DIR", help="rank Flickr8k val by both ways instead")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
+    if args.agreement:
+        print(json.dumps(agreement(args.model, args.agreement), indent=None if args.json else 1))
+        return
     if args.way:
         print(json.dumps(run_way(args.way, args.model, args.queries)))
         return
