@@ -85,24 +85,27 @@ def build_graph(runtime):
     return ov.Model([x], [x_in])
 
 
+def embed(runtime, tokens: list[int]) -> np.ndarray:
+    """(1, T, 384): hidden_states' first step for one sentence, as the numpy encoder does it."""
+    from imgtxt.model.text_encoders import minilm
+
+    used = np.array(sorted(set(tokens)), np.int64)
+    words = runtime.tensors.rows(minilm.PREFIX + "embeddings.word_embeddings.weight", used)
+    e = (words[np.searchsorted(used, np.array([tokens]))]
+         + runtime._w("embeddings.position_embeddings.weight")[:len(tokens)]
+         + runtime._w("embeddings.token_type_embeddings.weight")[0])
+    return minilm.layer_norm(e, runtime._w("embeddings.LayerNorm.weight"), runtime._w("embeddings.LayerNorm.bias"),
+                             runtime.config["layer_norm_eps"])
+
+
 def run_way(way: str, model_dir: str | None, queries: int) -> dict:
     from threadpoolctl import threadpool_limits
 
     from imgtxt.model.modelfile import TrainedModel, default_model_dir
-    from imgtxt.model.text_encoders import minilm
 
     model = TrainedModel.load(Path(model_dir) if model_dir else default_model_dir())
     runtime = model.text
-    config = runtime.config
     tokens = [runtime.tokenize(q) for q in sentences(queries + 20)]
-
-    def embed(t):   # hidden_states' first step, as the numpy encoder does it
-        used = np.array(sorted(set(t)), np.int64)
-        words = runtime.tensors.rows(minilm.PREFIX + "embeddings.word_embeddings.weight", used)
-        e = (words[np.searchsorted(used, np.array([t]))] + runtime._w("embeddings.position_embeddings.weight")[:len(t)]
-             + runtime._w("embeddings.token_type_embeddings.weight")[0])
-        return minilm.layer_norm(e, runtime._w("embeddings.LayerNorm.weight"), runtime._w("embeddings.LayerNorm.bias"),
-                                 config["layer_norm_eps"])
 
     layers = lambda t: runtime.hidden_states([t])[0][0]
     if way != "numpy":
@@ -124,7 +127,7 @@ def run_way(way: str, model_dir: str | None, queries: int) -> dict:
                 compiled[key] = core.compile_model(g, "CPU", settings).create_infer_request()
             return compiled[key]
 
-        layers = lambda t: request(len(t)).infer({0: embed(t)})[0][0]
+        layers = lambda t: request(len(t)).infer({0: embed(runtime, t)})[0][0]
     cpu, wall, states = [], [], []
     with threadpool_limits(limits=1, user_api="blas"):
         for t in tokens[:20]:
@@ -150,13 +153,12 @@ def agreement(model_dir: str | None, data_dir: str) -> dict:
 
     from imgtxt.model import search_tuning
     from imgtxt.model.modelfile import TrainedModel, default_model_dir
-    from imgtxt.model.text_encoders import minilm
     from imgtxt.research.calibrate import split_vectors
     from imgtxt.research.datasets import load_split
     from imgtxt.research.metrics import evaluate_scores
 
     model = TrainedModel.load(Path(model_dir) if model_dir else default_model_dir())
-    runtime, config = model.text, model.text.config
+    runtime = model.text
     photos, _ = split_vectors(model, "flickr8k", data_dir, "val", quiet=True)
     captions = load_split("flickr8k", data_dir, "val", check_images=False).captions
     request = ov.Core().compile_model(build_graph(runtime), "CPU", {
@@ -164,13 +166,7 @@ def agreement(model_dir: str | None, data_dir: str) -> dict:
 
     def openvino_layers(token_lists, layers=None):   # one sentence at a time, as a search encodes its query
         (t,) = token_lists
-        used = np.array(sorted(set(t)), np.int64)
-        words = runtime.tensors.rows(minilm.PREFIX + "embeddings.word_embeddings.weight", used)
-        e = (words[np.searchsorted(used, np.array([t]))] + runtime._w("embeddings.position_embeddings.weight")[:len(t)]
-             + runtime._w("embeddings.token_type_embeddings.weight")[0])
-        e = minilm.layer_norm(e, runtime._w("embeddings.LayerNorm.weight"), runtime._w("embeddings.LayerNorm.bias"),
-                              config["layer_norm_eps"])
-        return request.infer({0: e})[0].copy(), np.ones((1, len(t)), bool)
+        return request.infer({0: embed(runtime, t)})[0].copy(), np.ones((1, len(t)), bool)
 
     with threadpool_limits(limits=1, user_api="blas"):
         numpy_way = np.vstack([search_tuning.gate_queries(model, model.encode_text([c])) for c in captions])
