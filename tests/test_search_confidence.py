@@ -294,7 +294,7 @@ def test_min_score_by_level_is_where_the_shipped_model_rates_that_level(shipped,
     per_query = search_confidence.of_model(model)
     baseline, scale = per_query.of_query(encode_query(model, query))
     if query != "a man riding a bike in the woods":
-        assert scale > 1.2   # the ConSE part's weight is above 2
+        assert scale > 1.1   # the query leans on the ConSE part (its weight above 1): the scale is exercised
     for level in ("strong", "possible"):
         score, confidence = min_score_of(model, level, query)
         assert confidence == per_query.calibration.threshold(level)
