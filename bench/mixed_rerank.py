@@ -90,7 +90,8 @@ class Candidates:
         out = np.empty(len(rows), int)
         for i, r in enumerate(rows):
             hit = self.is_right[r]
-            out[i] = 1 + int((scores[r] > scores[r][hit].max()).sum()) if hit.any() else self.outside[r]
+            # a wrong candidate tied with the best right one counts against it
+            out[i] = 1 + int((scores[r][~hit] >= scores[r][hit].max()).sum()) if hit.any() else self.outside[r]
         return out
 
 

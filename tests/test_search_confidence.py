@@ -175,6 +175,14 @@ def test_measure_per_kind_by_hand():
     assert f["removed_not_strong"] == pytest.approx(66.7) and f["removed_weak"] == pytest.approx(33.3)
 
 
+def test_measure_counts_a_wrong_photo_tied_with_the_right_one_against_it():
+    c = Calibration(10.0, -5.0, 0.9, 0.5)
+    b = bench(["k", "k"], [[0.5, 0.5, 0.1], [0.5, 0.5, 0.5]], [{1}, {0, 1}])
+    f = fitting.measure(c, b)["k"]
+    # query 0: its photo ties a wrong one -> rank 2; query 1: two right photos tie one wrong one -> rank 2
+    assert (f["r1"], f["r5"]) == (0.0, 100.0)
+
+
 def test_caption_phrases_by_hand():
     captions = ["A black dog runs .", "a black dog on grass", "A cat sleeps", "two men talk", "a man",
                 "A black dog jumps", "a black cat", "a cat", "two men sit", "x",

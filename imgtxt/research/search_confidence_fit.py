@@ -332,8 +332,9 @@ def measure(calibration: Calibration, bench: Benchmark, rows: np.ndarray | None 
         ranks, top_x, right = [], [], []
         for r in sel:
             scores = bench.scores[r]
-            best = max(scores[c] for c in bench.right[r])
-            ranks.append(1 + int((scores > best).sum()))
+            wrong = np.ones(len(scores), bool)
+            wrong[list(bench.right[r])] = False
+            ranks.append(1 + int((scores[wrong] >= scores[~wrong].max()).sum()))   # a tie counts against it
             top = int(scores.argmax())
             top_x.append(bench.above([r], [scores[top]])[0])
             right.append(top in bench.right[r])
