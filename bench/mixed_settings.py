@@ -1,7 +1,7 @@
 """The search score's fitted weights (the ConSE bridge's weight, the hubness weight and its form) chosen again on
 the mixed benchmark (bench/mixed_library.py's gallery and queries), beside Flickr8k val.
 
-    python bench/mixed_settings.py --data-dir ../shared/data/flickr8k [--model DIR] [--work DIR] [--json]
+    python bench/mixed_settings.py --data-dir ../shared/data/flickr8k [--model DIR] [--gate-gains] [--work DIR] [--json]
 
 Today's search score is joint cosine + gate x ConSE score + the photo's hubness term (docs/method.md). Both the
 ConSE weight and the hubness term are fitted on Flickr8k val alone (`imgtxt add-concepts`, `imgtxt tune-search`).
@@ -10,7 +10,10 @@ ranked over the whole gallery:
   ConSE weight   the model's x 1, 4/3, 5/3, 2, 8/3 (the photo's ConSE part scales with it; confidence weight kept);
   hubness        weight 0, 0.25, 0.5, 0.75 (the photo's offset as the model measures it), in two forms:
                  linear  -w (offset - center), today's: a photo far from every training caption is lifted;
-                 penalty -w max(offset - center, 0): hubs are pushed down, nothing is lifted.
+                 penalty -w max(offset - center, 0): hubs are pushed down, nothing is lifted;
+  query gate     (--gate-gains) its gain 0 to 12, start and span kept: `imgtxt tune-search` takes the largest
+                 gain whose val rsum stays within 0.25 of no gate, so val only vetoes; here the gain is
+                 measured where it shows, on object and name queries.
 For each setting: R@1/5/10 per query kind in the mixed gallery and their "mean sum" (the kinds' mean of
 R@1+R@5+R@10); Flickr8k val t2i among the 1,000 val photos alone (R@1+R@5+R@10; what a search-side weight moves;
 the ConSE weight moves val i2t too, which `imgtxt add-concepts` prints); and "intrusions": of the caption and the
@@ -36,12 +39,18 @@ import mixed_rerank  # the score's parts over the gallery
 KINDS = ("caption", "phrase", "object", "photo-of")
 CONSE_FACTORS = (1.0, 4 / 3, 5 / 3, 2.0, 8 / 3)
 HUB_WEIGHTS = (0.0, 0.25, 0.5, 0.75)
+GATE_GAINS = (0.0, 1.0, 2.0, 3.0, 5.0, 8.0, 12.0)
 FORMS = ("linear", "penalty")
 
 
 def first_right_ranks(scores: np.ndarray, right: list, rows: np.ndarray) -> np.ndarray:
-    """1-based rank of each row's best right photo (ties count against it: tie-safe)."""
-    return np.array([1 + int((scores[r] > scores[r][list(right[r])].max()).sum()) for r in rows])
+    """1-based rank of each row's best right photo (a wrong photo tied with it counts against it: tie-safe)."""
+    out = []
+    for r in rows:
+        wrong = np.ones(scores.shape[1], bool)
+        wrong[list(right[r])] = False
+        out.append(1 + int((scores[r][wrong] >= scores[r][~wrong].max()).sum()))
+    return np.array(out)
 
 
 def hub_term(distance: np.ndarray, form: str, weight: float) -> np.ndarray:
@@ -53,7 +62,6 @@ def sweep(parts, kinds: np.ndarray, right: list, flickr: int, conse_weight: floa
     if hub_weight <= 0:
         raise SystemExit("mixed_settings: the model has no hubness term to vary (imgtxt tune-search first)")
     distance = -parts.hub / hub_weight   # parts.hub = -w (offset - center)
-    rows = np.arange(len(kinds))
     out = []
     for factor, form, weight in itertools.product(CONSE_FACTORS, FORMS, HUB_WEIGHTS):
         if form == "penalty" and weight == 0:
@@ -61,17 +69,35 @@ def sweep(parts, kinds: np.ndarray, right: list, flickr: int, conse_weight: floa
         scores = parts.joint + factor * parts.gate[:, None] * parts.conse + hub_term(distance, form, weight)[None, :]
         row = {"conse_weight": round(conse_weight * factor, 3), "hub_form": form, "hub_weight": weight,
                "model_setting": factor == 1.0 and form == "linear" and weight == hub_weight}
-        for kind in KINDS:
-            r = first_right_ranks(scores, right, rows[kinds == kind])
-            row[kind] = [round(100 * float(np.mean(r <= k)), 1) for k in (1, 5, 10)]
-        row["mean_sum"] = round(float(np.mean([sum(row[k]) for k in KINDS])), 1)
-        captions = rows[kinds == "caption"]
-        r = first_right_ranks(scores[:, :flickr], right, captions)
-        row["val_t2i_sum"] = round(sum(100 * float(np.mean(r <= k)) for k in (1, 5, 10)), 2)
-        for kind in ("caption", "phrase"):
-            top = np.argsort(-scores[rows[kinds == kind]], axis=1, kind="stable")[:, :10]
-            row[f"intrusions_{kind}"] = round(100 * float(np.mean((top >= flickr).any(axis=1))), 1)
-        out.append(row)
+        out.append({**row, **figures(scores, kinds, right, flickr)})
+    return out
+
+
+def figures(scores: np.ndarray, kinds: np.ndarray, right: list, flickr: int) -> dict:
+    """R@1/5/10 per kind in the mixed gallery, their mean sum, val t2i among the val photos, intrusions."""
+    rows = np.arange(len(kinds))
+    row = {}
+    for kind in KINDS:
+        r = first_right_ranks(scores, right, rows[kinds == kind])
+        row[kind] = [round(100 * float(np.mean(r <= k)), 1) for k in (1, 5, 10)]
+    row["mean_sum"] = round(float(np.mean([sum(row[k]) for k in KINDS])), 1)
+    r = first_right_ranks(scores[:, :flickr], right, rows[kinds == "caption"])
+    row["val_t2i_sum"] = round(sum(100 * float(np.mean(r <= k)) for k in (1, 5, 10)), 2)
+    for kind in ("caption", "phrase"):
+        top = np.argsort(-scores[rows[kinds == kind]], axis=1, kind="stable")[:, :10]
+        row[f"intrusions_{kind}"] = round(100 * float(np.mean((top >= flickr).any(axis=1))), 1)
+    return row
+
+
+def gate_sweep(parts, kinds: np.ndarray, right: list, flickr: int, gate: dict) -> list[dict]:
+    """The query gate's gain varied, its start and span and every other weight kept: a query's ConSE part is
+    scaled by 1 + gain x clip((name-likeness - start) / span, 0, 1) (imgtxt.model.search_tuning.gate_scale)."""
+    opening = np.clip((parts.name_like - gate["start"]) / gate["span"], 0.0, 1.0)
+    out = []
+    for gain in GATE_GAINS:
+        scores = parts.joint + (1.0 + gain * opening)[:, None] * parts.conse + parts.hub[None, :]
+        out.append({"gate_gain": gain, "model_setting": gain == gate["gain"],
+                    **figures(scores, kinds, right, flickr)})
     return out
 
 
@@ -80,6 +106,7 @@ def main() -> None:
     parser.add_argument("--data-dir", required=True, help="Flickr8k (val: the gallery and the captions)")
     parser.add_argument("--model", type=Path, help="model folder (default: the shipped model)")
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "imgtxt-mixed-library")
+    parser.add_argument("--gate-gains", action="store_true", help="vary the query gate's gain instead")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     from imgtxt import paths
@@ -89,17 +116,27 @@ def main() -> None:
     model_dir = args.model or paths.default_model_dir()
     config = TrainedModel.load(model_dir).config
     parts, kinds, right, _, flickr = mixed_rerank.load(model_dir, args.data_dir, photos, queries)
+    if args.gate_gains:
+        gate = config.get("search", {}).get("query_gate")
+        if not gate:
+            raise SystemExit("mixed_settings: the model has no query gate (imgtxt tune-search first)")
+        print_rows(gate_sweep(parts, kinds, right, flickr, gate), args.json,
+                   f"{'gain':>6} ", lambda r: f"{r['gate_gain']:>6.1f} ")
+        return
     rows = sweep(parts, kinds, right, flickr, config["concepts"]["weight"],
                  config.get("search", {}).get("hubness", {}).get("weight", 0.0))
-    if args.json:
+    print_rows(rows, args.json, f"{'ConSE':>6} {'hubness':>13} ",
+               lambda r: f"{r['conse_weight']:>6.3f} {r['hub_form']:>8} {r['hub_weight']:<4} ")
+
+
+def print_rows(rows: list[dict], as_json: bool, head: str, setting) -> None:
+    if as_json:
         print(json.dumps(rows, indent=1))
         return
-    print(f"{'ConSE':>6} {'hubness':>13} " + "".join(f"{k:>19}" for k in KINDS)
-          + f"{'mean sum':>9}{'val t2i':>9}{'intrusions cap / phr':>22}")
+    print(head + "".join(f"{k:>19}" for k in KINDS) + f"{'mean sum':>9}{'val t2i':>9}{'intrusions cap / phr':>22}")
     for r in rows:
         mark = " <- the model's" if r["model_setting"] else ""
-        print(f"{r['conse_weight']:>6.3f} {r['hub_form']:>8} {r['hub_weight']:<4} "
-              + "".join(f"{' / '.join(f'{v:.1f}' for v in r[k]):>19}" for k in KINDS)
+        print(setting(r) + "".join(f"{' / '.join(f'{v:.1f}' for v in r[k]):>19}" for k in KINDS)
               + f"{r['mean_sum']:>9.1f}{r['val_t2i_sum']:>9.2f}"
               + f"{r['intrusions_caption']:>12.1f} / {r['intrusions_phrase']:<7.1f}{mark}")
 

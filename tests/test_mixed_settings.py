@@ -1,0 +1,58 @@
+"""bench/mixed_settings.py's figures and its query-gate sweep on a hand-made score matrix."""
+from __future__ import annotations
+
+import importlib.util
+import sys
+from types import SimpleNamespace
+
+import numpy as np
+from conftest import REPO
+
+
+def load_settings():
+    sys.path.insert(0, str(REPO / "bench"))   # it imports its neighbours, as it does when run
+    spec = importlib.util.spec_from_file_location("mixed_settings", REPO / "bench" / "mixed_settings.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+settings = load_settings()
+
+# Two Flickr8k photos (columns 0, 1) and one object photo (column 2); one query of each kind, in KINDS' order.
+KINDS = np.array(["caption", "phrase", "object", "photo-of"])
+RIGHT = [frozenset({0}), frozenset({1}), frozenset({2}), frozenset({2})]
+JOINT = np.array([[0.5, 0.2, 0.3],
+                  [0.2, 0.1, 0.3],     # the phrase: its photo below the other val photo and the object photo
+                  [0.1, 0.4, 0.3],     # the object query: the object photo 2nd on the joint cosine alone
+                  [0.1, 0.5, 0.3]])    # "a photo of a": 2nd too
+CONSE = np.array([[0.0, 0.0, 0.2],
+                  [0.0, 0.0, 0.0],
+                  [0.0, 0.0, 0.04],
+                  [0.0, 0.0, 0.04]])
+# name-likeness: the object query half way into the gate, "a photo of a" fully past it, the others below it
+PARTS = SimpleNamespace(joint=JOINT, conse=CONSE, hub=np.zeros(3), name_like=np.array([0.1, 0.2, 0.65, 0.9]))
+GATE = {"start": 0.5, "span": 0.3, "gain": 2.0}
+
+
+def test_figures_rank_each_kind_and_count_object_photos_in_scene_queries():
+    scores = JOINT + CONSE   # gain 0: the ConSE part as it is
+    row = settings.figures(scores, KINDS, RIGHT, flickr=2)
+    assert row["caption"] == [0.0, 100.0, 100.0]            # 0.5 against 0.5 (object photo: 0.3 + 0.2): a tie counts against it
+    assert row["phrase"] == [0.0, 100.0, 100.0]             # below the object photo and its neighbour: rank 3
+    assert row["object"] == [0.0, 100.0, 100.0]             # 0.34 against 0.4: rank 2
+    assert row["mean_sum"] == 200.0
+    assert row["val_t2i_sum"] == 300.0                      # the caption among the val photos alone
+    assert row["intrusions_caption"] == 100.0 and row["intrusions_phrase"] == 100.0   # 3 photos: all in the top 10
+
+
+def test_the_gate_gain_lifts_only_the_queries_it_opens_for():
+    rows = {r["gate_gain"]: r for r in settings.gate_sweep(PARTS, KINDS, RIGHT, 2, GATE)}
+    assert [r["gate_gain"] for r in settings.gate_sweep(PARTS, KINDS, RIGHT, 2, GATE)] == list(settings.GATE_GAINS)
+    assert rows[2.0]["model_setting"] and not rows[3.0]["model_setting"]
+    # "a photo of a" (gate fully open): 0.3 + (1 + g) 0.04 beats 0.5 from g = 5 on (0.3 + 0.24 = 0.54)
+    assert rows[3.0]["photo-of"][0] == 0.0 and rows[5.0]["photo-of"][0] == 100.0
+    # the object query, half open (scale 1 + g / 2): 0.3 + (1 + g/2) 0.04 ties 0.4 at g = 3 and beats it at 5 (0.44)
+    assert rows[3.0]["object"][0] == 0.0 and rows[5.0]["object"][0] == 100.0
+    # the caption's gate stays shut: its ranking is the same at every gain
+    assert {tuple(r["caption"]) for r in rows.values()} == {(0.0, 100.0, 100.0)}
