@@ -166,8 +166,23 @@ def test_model_change_is_announced_and_everything_is_re_embedded(library, tmp_pa
     # Searching with the old model must not mix models: a clear error instead.
     result = library.run("search", "a dog", "--model", tiny_model_dir, ok=False)
     assert result.exit_code != 0 and "was built with model other-" in result.stderr
+    # ... which says what to run: `imgtxt index` with the index's own folders (after an upgrade of the shipped
+    # model a user need not remember them)
+    assert f"run `imgtxt index {tmp_path / 'p'}` with this model" in result.stderr   # the default index: no --index
     # Without --model, queries use the model the index was built with.
     assert len(json_lines(library.run("search", "a dog", "--json").stdout)) == 3
+
+
+def test_the_re_embed_hint_quotes_the_index_folders_and_names_a_non_default_index(tmp_path, monkeypatch):
+    from imgtxt.library.query import Index
+
+    monkeypatch.setenv("IMGTXT_INDEX_DIR", str(tmp_path / "default-index"))
+    index = Index.__new__(Index)   # the hint reads the index's meta and folder alone
+    index.dir = tmp_path / "elsewhere"
+    index.meta = {"folders": json.dumps(["/photos/a b", "/p2", "/p3", "/p4"])}
+    assert index.reindex_command() == f"imgtxt index '/photos/a b' /p2 /p3 ... --index {tmp_path / 'elsewhere'}"
+    index.dir, index.meta = tmp_path / "default-index", {}
+    assert index.reindex_command() == "imgtxt index FOLDER"
 
 
 # ------------------------------------------------------------------------------------------- errors

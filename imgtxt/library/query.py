@@ -60,6 +60,20 @@ class Index:
         folder = self.meta.get("model_folder")
         return Path(folder) if folder and Path(folder).is_dir() else None
 
+    def reindex_command(self, shown: int = 3) -> str:
+        """`imgtxt index` with the index's own folders (after a model upgrade a user need not remember them)."""
+        import shlex
+
+        from imgtxt.paths import index_dir
+
+        from .index_meta import meta_folders
+
+        folders = [shlex.quote(printable(f)) for f in meta_folders(self.meta)] or ["FOLDER"]
+        words = ["imgtxt index", *folders[:shown]] + (["..."] if len(folders) > shown else [])
+        if self.dir.resolve() != index_dir().resolve():   # not where a plain `imgtxt index` writes
+            words += ["--index", shlex.quote(printable(str(self.dir)))]
+        return " ".join(words)
+
     def count(self, table: str, model_id: str | None = None) -> int:
         if model_id:
             return self.conn.execute(f"SELECT count(*) FROM {table} WHERE model_id = ?", [model_id]).fetchone()[0]
@@ -70,7 +84,8 @@ class Index:
             raise StoreError(f"the index at {self.dir} has no completed run yet: run `imgtxt index FOLDER`")
         if self.model_id != model.model_id:
             raise StoreError(f"the index at {self.dir} was built with model {self.model_id}, not {model.model_id}: "
-                             f"run `imgtxt index` with this model to re-embed, or pass the index's --model")
+                             f"run `{self.reindex_command()}` with this model to re-embed its photos, or pass the "
+                             f"index's --model")
         empty = StoreError(f"the index at {self.dir} is empty: run `imgtxt index FOLDER` with some photos")
         if self.meta.get("photos", "1") == "0":
             raise empty
