@@ -14,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .optional_parts import refusal
+
 VECTORS_FILE = "captions.safetensors"
 RECORD_KEY = "caption_vectors"      # its entry in model.json
 STORAGES = ("int8", "fp16")
@@ -89,9 +91,7 @@ def read_caption_vectors(model, bank: list[str], notices: list[str] | None = Non
         return None
     folder = Path(model.folder)
 
-    def refuse(reason: str) -> None:
-        if notices is not None:
-            notices.append(f"{folder / VECTORS_FILE}: {reason}; embedding the caption bank instead")
+    refuse = refusal(notices, folder / VECTORS_FILE, "embedding the caption bank instead")
 
     try:
         problem = recorded_file_problem(folder, record)

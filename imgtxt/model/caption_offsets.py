@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from .caption_bank import file_sha256, recorded_file_problem
+from .optional_parts import refusal
 from .search_tuning import gate_scale, photo_offsets
 
 FILE = "caption_offsets.safetensors"
@@ -134,9 +135,7 @@ def load(model, bank_size: int, notices: list[str] | None = None) -> CaptionHubn
         return None
     folder = Path(model.folder)
 
-    def refuse(reason: str) -> None:
-        if notices is not None:
-            notices.append(f"{folder / FILE}: {reason}; captions ranked without the hubness correction")
+    refuse = refusal(notices, folder / FILE, "captions ranked without the hubness correction")
 
     reason = check_config(section)
     if reason is None and "photo_gate" in section and model.concepts is None:

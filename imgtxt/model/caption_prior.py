@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from .caption_bank import file_sha256
+from .optional_parts import refusal
 
 RECORD_KEY = "caption_prior"
 
@@ -94,9 +95,7 @@ def load(model, bank: list[str], notices: list[str] | None = None) -> CaptionPri
         return None
     folder = Path(model.folder)
 
-    def refuse(reason: str) -> None:
-        if notices is not None:
-            notices.append(f"{folder / 'model.json'}: {reason}; class lines ranked without the classifier's prior")
+    refuse = refusal(notices, folder / "model.json", "class lines ranked without the classifier's prior")
 
     try:
         import scipy.optimize  # noqa: F401  (class_weights' solver)

@@ -30,6 +30,7 @@ import numpy as np
 from imgtxt.errors import ModelError
 
 from .calibration import Calibration
+from .optional_parts import refusal
 
 FILE = "query_reference.safetensors"
 FEATURE = "above_reference"
@@ -136,9 +137,7 @@ def load(model, notices: list[str] | None = None) -> SearchConfidence | None:
         return None
     folder = Path(model.folder)
 
-    def refuse(reason: str) -> None:
-        if notices is not None:
-            notices.append(f"{folder / FILE}: {reason}; results rated by the plain calibration")
+    refuse = refusal(notices, folder / FILE, "results rated by the plain calibration")
 
     reason = check_config(section)
     if reason:
