@@ -87,11 +87,13 @@ class Candidates:
         self.conse_rank = rf.ranks_within(self.conse)
 
     def ranks(self, scores: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        from imgtxt.research.metrics import pessimistic_rank
+
         out = np.empty(len(rows), int)
         for i, r in enumerate(rows):
             hit = self.is_right[r]
             # a wrong candidate tied with the best right one counts against it
-            out[i] = 1 + int((scores[r][~hit] >= scores[r][hit].max()).sum()) if hit.any() else self.outside[r]
+            out[i] = pessimistic_rank(scores[r], hit) if hit.any() else self.outside[r]
         return out
 
 

@@ -45,12 +45,9 @@ FORMS = ("linear", "penalty")
 
 def first_right_ranks(scores: np.ndarray, right: list, rows: np.ndarray) -> np.ndarray:
     """1-based rank of each row's best right photo (a wrong photo tied with it counts against it: tie-safe)."""
-    out = []
-    for r in rows:
-        wrong = np.ones(scores.shape[1], bool)
-        wrong[list(right[r])] = False
-        out.append(1 + int((scores[r][wrong] >= scores[r][~wrong].max()).sum()))
-    return np.array(out)
+    from imgtxt.research.metrics import pessimistic_rank
+
+    return np.array([pessimistic_rank(scores[r], list(right[r])) for r in rows])
 
 
 def hub_term(distance: np.ndarray, form: str, weight: float) -> np.ndarray:

@@ -62,6 +62,14 @@ def _counts(scores: np.ndarray, own_mask: np.ndarray) -> RankCounts:
     return RankCounts(higher, tied, own_tied)
 
 
+def pessimistic_rank(scores: np.ndarray, right: np.ndarray) -> int:
+    """1-based rank of the best right answer in one row of scores (`right`: a boolean mask, or the right
+    columns), every wrong answer tied with it counted first."""
+    mask = np.zeros(len(scores), bool)
+    mask[right] = True
+    return 1 + int((scores[~mask] >= scores[mask].max()).sum())
+
+
 def i2t_counts(scores: np.ndarray, captions_per_image: int = 5, chunk: int = 256) -> RankCounts:
     """scores: (N images, K*N captions), higher is better; captions of image i are K*i..K*i+K-1."""
     n, m = scores.shape

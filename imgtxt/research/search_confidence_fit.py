@@ -34,6 +34,7 @@ from imgtxt.model.calibration import Calibration
 
 from .calibrate import _auc, embed_photos, score_above_share, split_vectors
 from .datasets import CAPTIONS_PER_IMAGE, load_split
+from .metrics import pessimistic_rank
 
 STRIDE = 6      # reference photos: one training photo in 6 (1,000 of Flickr8k's 6,000)
 RANK = 10       # the baseline before a form is chosen: the 10th best reference score (the top 1%)
@@ -332,9 +333,7 @@ def measure(calibration: Calibration, bench: Benchmark, rows: np.ndarray | None 
         ranks, top_x, right = [], [], []
         for r in sel:
             scores = bench.scores[r]
-            wrong = np.ones(len(scores), bool)
-            wrong[list(bench.right[r])] = False
-            ranks.append(1 + int((scores[wrong] >= scores[~wrong].max()).sum()))   # a tie counts against it
+            ranks.append(pessimistic_rank(scores, list(bench.right[r])))   # a tie counts against it
             top = int(scores.argmax())
             top_x.append(bench.above([r], [scores[top]])[0])
             right.append(top in bench.right[r])
