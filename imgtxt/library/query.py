@@ -70,7 +70,11 @@ class Index:
 
         folders = [shlex.quote(printable(f)) for f in meta_folders(self.meta)] or ["FOLDER"]
         words = ["imgtxt index", *folders[:shown]] + (["..."] if len(folders) > shown else [])
-        if self.dir.resolve() != index_dir().resolve():   # not where a plain `imgtxt index` writes
+        try:
+            default = self.dir.resolve() == index_dir().resolve()
+        except (ImgtxtError, OSError, RuntimeError):   # no home folder, say: the index was named with --index
+            default = False
+        if not default:   # not where a plain `imgtxt index` writes
             words += ["--index", shlex.quote(printable(str(self.dir)))]
         return " ".join(words)
 
