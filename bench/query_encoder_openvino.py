@@ -4,7 +4,8 @@ runs, on the same new sentences (one thread each; what a warm query's encoder co
     OMP_NUM_THREADS=1 .venv/bin/python bench/query_encoder_openvino.py [--model weights/default] [--queries 200]
 
 Each way runs in its own process (so its memory is its own), after 20 warm-up sentences:
-  numpy        the shipped encoder's layers (int8 column blocks cast to float32, tensor_file.Dense);
+  numpy        the encoder's numpy layers (int8 column blocks cast to float32, tensor_file.Dense), what a
+               one-shot search runs (IMGTXT_QUERY_GRAPH=0 here: a warm process's queries take int8-dynamic);
   int8-dq      the int8 matrices as OpenVINO compressed weights (int8 x per-row scale), its CPU plugin's default
                dynamic quantisation of the activations on;
   int8         the same with DYNAMIC_QUANTIZATION_GROUP_SIZE 0: float32 activations;
@@ -23,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import resource
 import subprocess
@@ -33,6 +33,7 @@ from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ["IMGTXT_QUERY_GRAPH"] = "0"   # the runtime's own layers stay numpy: the graphs here are built apart
 
 import numpy as np
 
@@ -44,45 +45,11 @@ WAYS = ("numpy", "int8-dq", "int8", "int8-dq-dynamic", "int8-dynamic")
 
 
 def build_graph(runtime):
-    """The layers as an openvino.Model over (1, T, 384) embeddings (T dynamic)."""
-    import openvino as ov
-    import openvino.opset13 as ops
+    """The layers as an openvino.Model over (1, T, 384) embeddings (T dynamic): the graph a warm process's
+    queries use (imgtxt/model/text_encoders/minilm_graph.py)."""
+    from imgtxt.model.text_encoders import minilm, minilm_graph
 
-    from imgtxt.model.text_encoders.minilm import PREFIX
-
-    tensors, config = runtime.tensors, runtime.config
-    heads, width = config["heads"], 384
-
-    def const(name):
-        return ops.constant(np.asarray(tensors[PREFIX + name], np.float32))
-
-    def dense(x, name):
-        full = PREFIX + name + ".weight"
-        q, scale = tensors.stored(full), np.asarray(tensors.stored(full + ".scale"), np.float32)
-        w = ops.multiply(ops.convert(ops.constant(q), ov.Type.f32), ops.constant(scale.reshape(-1, 1)))
-        return ops.add(ops.matmul(x, w, False, True), const(name + ".bias"))
-
-    def norm(x, name):
-        n = ops.mvn(x, ops.constant(np.array([-1], np.int64)), True, float(config["layer_norm_eps"]), "inside_sqrt")
-        return ops.add(ops.multiply(n, const(name + ".weight")), const(name + ".bias"))
-
-    def split(t):
-        t = ops.reshape(t, ops.constant(np.array([1, -1, heads, width // heads], np.int64)), False)
-        return ops.transpose(t, ops.constant(np.array([0, 2, 1, 3], np.int64)))
-
-    x_in = ops.parameter([1, -1, width], ov.Type.f32, name="embeddings")
-    x = x_in
-    for i in range(config["layers"]):
-        p = f"encoder.layer.{i}."
-        q, k, v = (split(dense(x, p + f"attention.self.{n}")) for n in ("query", "key", "value"))
-        attn = ops.softmax(ops.multiply(ops.matmul(q, k, False, True),
-                                        ops.constant(np.float32(1 / math.sqrt(width // heads)))), -1)
-        ctx = ops.transpose(ops.matmul(attn, v, False, False), ops.constant(np.array([0, 2, 1, 3], np.int64)))
-        ctx = ops.reshape(ctx, ops.constant(np.array([1, -1, width], np.int64)), False)
-        x = norm(ops.add(dense(ctx, p + "attention.output.dense"), x), p + "attention.output.LayerNorm")
-        inner = ops.gelu(dense(x, p + "intermediate.dense"), "erf")
-        x = norm(ops.add(dense(inner, p + "output.dense"), x), p + "output.LayerNorm")
-    return ov.Model([x], [x_in])
+    return minilm_graph.build(runtime.tensors, minilm.PREFIX, runtime.config)
 
 
 def embed(runtime, tokens: list[int]) -> np.ndarray:

@@ -1,0 +1,124 @@
+"""MiniLM's transformer layers as an OpenVINO graph, for the queries of a process that searches more than once.
+
+A query's ~10 tokens make matrix products that numpy's BLAS runs far below its speed; OpenVINO's CPU kernels run
+the same six layers from the same int8 matrices (compressed weights: int8 x per-row scale, float32 activations,
+float32 precision) in 0.6-0.75x the CPU time on AVX2 (docs/performance.md). The graph costs ~0.3 s to compile
+and ~80 MB resident, so a one-shot `imgtxt search` never builds it: the second single-sentence encode of a
+process starts compiling it on a thread (text_encoders/minilm.py), and numpy answers until it is ready. Hidden states agree with numpy's
+to ~1e-5 (tests/test_query_graph.py). IMGTXT_QUERY_GRAPH=0 keeps numpy for every query.
+"""
+from __future__ import annotations
+
+import math
+import os
+import threading
+
+import numpy as np
+
+ENV = "IMGTXT_QUERY_GRAPH"
+SETTINGS = {"INFERENCE_NUM_THREADS": 1, "NUM_STREAMS": 1, "INFERENCE_PRECISION_HINT": "f32",
+            # float32 activations: OpenVINO would quantise them to int8 on CPUs with VNNI, moving scores by ~1e-2
+            "DYNAMIC_QUANTIZATION_GROUP_SIZE": 0}
+
+
+def enabled() -> bool:
+    return os.environ.get(ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def build(tensors, prefix: str, config: dict):
+    """The layers as an openvino.Model from (1, T, hidden) embeddings to (1, T, hidden) states (T dynamic), for a
+    single sentence (no padding mask). int8 matrices stay int8 in the graph, scaled per row."""
+    import openvino as ov
+    import openvino.opset13 as ops
+
+    heads, width = config["heads"], config["hidden"]
+
+    def const(name):
+        return ops.constant(np.asarray(tensors[prefix + name], np.float32))
+
+    def dense(x, name):
+        full = prefix + name + ".weight"
+        if full + ".scale" in tensors:
+            scale = np.asarray(tensors.stored(full + ".scale"), np.float32).reshape(-1, 1)
+            w = ops.multiply(ops.convert(ops.constant(np.asarray(tensors.stored(full))), ov.Type.f32),
+                             ops.constant(scale))
+        else:
+            w = const(name + ".weight")
+        return ops.add(ops.matmul(x, w, False, True), const(name + ".bias"))
+
+    def norm(x, name):
+        n = ops.mvn(x, ops.constant(np.array([-1], np.int64)), True, float(config["layer_norm_eps"]), "inside_sqrt")
+        return ops.add(ops.multiply(n, const(name + ".weight")), const(name + ".bias"))
+
+    def split(t):
+        t = ops.reshape(t, ops.constant(np.array([1, -1, heads, width // heads], np.int64)), False)
+        return ops.transpose(t, ops.constant(np.array([0, 2, 1, 3], np.int64)))
+
+    x_in = ops.parameter([1, -1, width], ov.Type.f32, name="embeddings")
+    x = x_in
+    for i in range(config["layers"]):
+        p = f"encoder.layer.{i}."
+        q, k, v = (split(dense(x, p + f"attention.self.{n}")) for n in ("query", "key", "value"))
+        attn = ops.softmax(ops.multiply(ops.matmul(q, k, False, True),
+                                        ops.constant(np.float32(1 / math.sqrt(width // heads)))), -1)
+        ctx = ops.transpose(ops.matmul(attn, v, False, False), ops.constant(np.array([0, 2, 1, 3], np.int64)))
+        ctx = ops.reshape(ctx, ops.constant(np.array([1, -1, width], np.int64)), False)
+        x = norm(ops.add(dense(ctx, p + "attention.output.dense"), x), p + "attention.output.LayerNorm")
+        inner = ops.gelu(dense(x, p + "intermediate.dense"), "erf")
+        x = norm(ops.add(dense(inner, p + "output.dense"), x), p + "output.LayerNorm")
+    return ov.Model([x], [x_in])
+
+
+def compile_graph(tensors, prefix: str, config: dict):
+    import openvino as ov
+
+    return ov.Core().compile_model(build(tensors, prefix, config), "CPU", SETTINGS)
+
+
+class QueryGraph:
+    """The layers for one sentence at a time: `run(x)` gives the states once the graph is compiled, else None (the
+    caller runs numpy). Thread-safe: one compile, one infer request per thread."""
+
+    def __init__(self, tensors, prefix: str, config: dict, start_at_call: int = 1):
+        self._args = (tensors, prefix, config)
+        self._start_at = start_at_call
+        self._calls = 0
+        self._lock = threading.Lock()
+        self._local = threading.local()
+        self._thread: threading.Thread | None = None
+        self.compiled = None
+        self.failure: str | None = None   # why the graph could not be built (numpy answers every query)
+
+    def _compile(self) -> None:
+        try:
+            self.compiled = compile_graph(*self._args)
+        except Exception as e:  # noqa: BLE001 (an optimisation only: any failure leaves numpy answering)
+            self.failure = (str(e).splitlines() or [type(e).__name__])[0][:200]
+
+    def start(self) -> None:
+        """Compile on a thread (not a daemon: a process that ends meanwhile waits for it, never kills it mid-way)."""
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._compile, name="imgtxt-query-graph")
+                self._thread.start()
+
+    def wait(self) -> None:
+        """Until a started compile has finished (tests, benchmarks)."""
+        self.start()
+        self._thread.join()
+
+    def run(self, x: np.ndarray) -> np.ndarray | None:
+        """(1, T, hidden) states for (1, T, hidden) embeddings, or None while the graph is not ready."""
+        compiled = self.compiled
+        if compiled is None:
+            with self._lock:
+                self._calls += 1
+                start = self._thread is None and self._calls >= self._start_at and enabled()
+            if start:
+                self.start()
+            return None
+        request = getattr(self._local, "request", None)
+        if request is None:
+            request = self._local.request = compiled.create_infer_request()
+        # copied: the output is a view of the request's buffer, which its next inference overwrites
+        return np.array(request.infer({0: np.ascontiguousarray(x, np.float32)})[0])
