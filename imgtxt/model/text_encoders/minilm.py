@@ -302,7 +302,9 @@ class Runtime:
                 return None
             from .minilm_graph import QueryGraph
 
-            self.query_graph = QueryGraph(self.tensors, PREFIX, self.config, start_at_call=1)
+            # threads that get here together keep one graph (dict.setdefault is atomic): one compile
+            self.__dict__.setdefault("_new_graph", QueryGraph(self.tensors, PREFIX, self.config, start_at_call=1))
+            self.query_graph = self._new_graph
         return self.query_graph.run(x)
 
     def _layer(self, x: np.ndarray, i: int, bias: np.ndarray) -> np.ndarray:
