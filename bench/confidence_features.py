@@ -3,6 +3,8 @@ than the shipped one, which reads only the query's scores over the model's refer
 
     python bench/confidence_features.py --data-dir ../shared/data/flickr8k [--model DIR] [--work DIR] [--json]
 
+(pip install -e '.[devset]' first, as for bench/mixed_library.py: the dev photos, and scikit-learn's logistic.)
+
 On bench/mixed_library.py's benchmark (Flickr8k val photos and the object dev set in one gallery; captions,
 phrases, object queries, "a photo of a" queries), each query's top result is described by
   reference  (score - baseline) / scale: the shipped per-query confidence's input (search_confidence.py);
@@ -38,19 +40,10 @@ REMOVED_NOT_STRONG = 0.90
 
 
 def auc(positive: np.ndarray, negative: np.ndarray) -> float | None:
-    """P(a positive scores above a negative), ties counting half."""
-    if len(positive) == 0 or len(negative) == 0:
-        return None
-    both = np.concatenate([positive, negative])
-    order = both.argsort(kind="stable")
-    ranks = np.empty(len(both))
-    ranks[order] = np.arange(1, len(both) + 1)
-    for value in np.unique(both):   # average ranks of ties
-        tied = both == value
-        if tied.sum() > 1:
-            ranks[tied] = ranks[tied].mean()
-    return float((ranks[:len(positive)].sum() - len(positive) * (len(positive) + 1) / 2)
-                 / (len(positive) * len(negative)))
+    """P(a positive scores above a negative), ties counting half (the calibration's own Mann-Whitney)."""
+    from imgtxt.research.calibrate import _auc
+
+    return _auc(positive, negative) if len(positive) and len(negative) else None
 
 
 def features(bench, q: int, keep: np.ndarray | None = None) -> tuple[int, np.ndarray]:
