@@ -3,7 +3,7 @@
 A query's ~10 tokens make matrix products that numpy's BLAS runs far below its speed; OpenVINO's CPU kernels run
 the same six layers from the same int8 matrices (compressed weights: int8 x per-row scale, float32 activations,
 float32 precision) in 0.6-0.75x the CPU time on AVX2 (docs/performance.md). The graph costs ~0.3 s to compile
-and ~80 MB resident, so a one-shot `imgtxt search` never builds it: the second single-sentence encode of a
+and ~100 MB resident, so a one-shot `imgtxt search` never builds it: the second single-sentence encode of a
 process starts compiling it on a thread (text_encoders/minilm.py), and numpy answers until it is ready. Hidden states agree with numpy's
 to ~1e-5 (tests/test_query_graph.py). IMGTXT_QUERY_GRAPH=0 keeps numpy for every query.
 """
