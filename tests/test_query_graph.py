@@ -38,6 +38,9 @@ def test_the_graph_gives_numpys_states_and_query_vectors(text):
     assert text.query_graph is not None
     text.query_graph.wait()
     assert text.query_graph.failure is None and text.query_graph.compiled is not None
+    assert any(d.kept_bytes for d in text._matrices.values())     # numpy's small-batch blocks, kept ...
+    text.encode([tokens[0]])
+    assert not any(d.kept_bytes for d in text._matrices.values())  # ... and let go once the graph answers
     for t, vector in zip(tokens, before):
         graph_states = text.query_graph.run(text_embeddings(text, t))
         assert graph_states.shape == (1, len(t), minilm.ARCH["hidden"])

@@ -181,6 +181,10 @@ class Dense:
             blocks = self._blocks = _column_blocks(self.matrix)
         return _blocks_right(x, blocks, self.scale)
 
+    def release(self) -> None:
+        """Let the kept int8 column blocks go (kept again on the next small batch)."""
+        self._blocks = None
+
     @property
     def kept_bytes(self) -> int:
         return sum(block.nbytes for block in self._blocks or ())

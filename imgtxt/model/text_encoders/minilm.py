@@ -210,6 +210,7 @@ class Runtime:
         self.head = NumpyHead(tensors, HEAD_PREFIX, text_config["head"])
         self.query_graph = None   # a warm process's queries (minilm_graph.py), from its second one
         self._single_calls = 0
+        self._released = False   # the layers' kept int8 blocks let go once the graph answers
 
     def _w(self, name: str) -> np.ndarray:
         """A BERT tensor as fp32, read on first use (the embedding table is gathered row-wise, never converted)."""
@@ -305,7 +306,12 @@ class Runtime:
             # threads that get here together keep one graph (dict.setdefault is atomic): one compile
             self.__dict__.setdefault("_new_graph", QueryGraph(self.tensors, PREFIX, self.config, start_at_call=1))
             self.query_graph = self._new_graph
-        return self.query_graph.run(x)
+        states = self.query_graph.run(x)
+        if states is not None and not self._released:
+            self._released = True   # single sentences no longer use the layers' kept int8 blocks (12 MB)
+            for dense in self._matrices.values():
+                dense.release()
+        return states
 
     def _layer(self, x: np.ndarray, i: int, bias: np.ndarray) -> np.ndarray:
         c, w = self.config, lambda n: self._w(f"encoder.layer.{i}.{n}")  # noqa: E731
