@@ -4,8 +4,9 @@ A query's ~10 tokens make matrix products that numpy's BLAS runs far below its s
 the same six layers from the same int8 matrices (compressed weights: int8 x per-row scale, float32 activations,
 float32 precision) in 0.6-0.75x the CPU time on AVX2 (docs/performance.md). The graph costs ~0.3 s to compile
 and ~100 MB resident, so a one-shot `imgtxt search` never builds it: the second single-sentence encode of a
-process starts compiling it on a thread (text_encoders/minilm.py), and numpy answers until it is ready. Hidden states agree with numpy's
-to ~1e-5 (tests/test_query_graph.py). IMGTXT_QUERY_GRAPH=0 keeps numpy for every query.
+process starts compiling it on a thread (text_encoders/minilm.py), and numpy answers until it is ready. Hidden
+states agree with numpy's to ~1e-5 (tests/test_query_graph.py). IMGTXT_QUERY_GRAPH=0 keeps numpy for every
+query.
 """
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ def build(tensors, prefix: str, config: dict):
 
     def dense(x, name):
         full = prefix + name + ".weight"
-        if full + ".scale" in tensors:
+        if hasattr(tensors, "stored") and full + ".scale" in tensors:   # as the numpy layers read it (minilm.py)
             scale = np.asarray(tensors.stored(full + ".scale"), np.float32).reshape(-1, 1)
             w = ops.multiply(ops.convert(ops.constant(np.asarray(tensors.stored(full))), ov.Type.f32),
                              ops.constant(scale))
