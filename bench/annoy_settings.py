@@ -2,6 +2,7 @@
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/annoy_settings.py [--size 100000] [--trees 10,20,30,40]
         [--search-k 10000,15000,20000,30000] [--candidates 300] [--rounds 3] [--queries 300] [--work DIR]
+        [--want 24 --baseline 50,60000,300]
 
 The library and the queries are bench/vector_search.py's (the shipped model's 7,000 real Flickr8k train+val photo
 vectors plus vectors drawn from a mixture fitted to them; 300 val caption queries and 100 val photo queries,
@@ -13,6 +14,10 @@ queries, one thread, the settings in turn round after round (so a change in the 
 them alike): recall@10, p50/p90 of wall and CPU milliseconds per query, and the distinct candidates Annoy scored
 (what search_k costs: with more trees one item is found in more of them). Each row is printed with its ratios to
 the baseline's; with --json, one JSON object a line.
+
+--want W: each search asks for W results (the web page shows 24) and recall@W is counted against exact search's
+top W; --search-k values are then the search_k of a W-result search (the shipped rule grows it in steps of 10
+results: search_k(W) = 20,000 x ceil(W / 10)), and the candidates rescored grow as the product's do (30 a result).
 """
 from __future__ import annotations
 
@@ -54,16 +59,17 @@ def build(folder: Path, library: np.ndarray, trees: int):
                                                       "vec_bytes": record.bytes}
 
 
-def searcher(index, k: int, rescored: int):
-    """search(query) -> ids with search_k k and `rescored` candidates rescored, through VectorIndex.search."""
+def searcher(index, k: int, rescored: int, want: int = 10):
+    """search(query) -> the ids of `want` results with search_k k (for those `want` results) and `rescored`
+    candidates rescored per 10 results, through VectorIndex.search."""
     from imgtxt.library import vector_index
 
     def search(query: np.ndarray) -> np.ndarray:
         saved = vector_index.search_k, vector_index.candidates
-        vector_index.search_k = lambda want, count, trees=0: k * max(1, -(-want // 10))
-        vector_index.candidates = lambda want: max(rescored, rescored * want // 10)
+        vector_index.search_k = lambda asked, count, trees=0: k
+        vector_index.candidates = lambda asked: max(rescored, rescored * asked // 10)
         try:
-            return index.search(query, 10, vector_index.dot_scorer(query))[0]
+            return index.search(query, want, vector_index.dot_scorer(query))[0]
         finally:
             vector_index.search_k, vector_index.candidates = saved
     return search
@@ -85,6 +91,7 @@ def main() -> None:
     ap.add_argument("--baseline", default="10,30000,300", help="trees,search_k,rescored the ratios are to (the "
                     "earlier default)")
     ap.add_argument("--queries", type=int, default=300, help="caption queries (plus a third as many photo queries)")
+    ap.add_argument("--want", type=int, default=10, help="results per search; recall@want (default 10)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--model", default=None)
     ap.add_argument("--work", type=Path, default=WORK)
@@ -93,7 +100,8 @@ def main() -> None:
     from imgtxt.library import vector_index
 
     base = tuple(int(v) for v in args.baseline.split(","))
-    shipped = (vector_index.trees_for(args.size), vector_index.search_k(10, args.size), vector_index.candidates(10))
+    want = args.want
+    shipped = (vector_index.trees_for(args.size), vector_index.search_k(want, args.size), vector_index.CANDIDATES)
     grid = itertools.product(*([int(v) for v in s.split(",") if v] for s in (args.trees, args.search_k,
                                                                                args.candidates)))
     settings = [base, *sorted({shipped, *grid} - {base})]
@@ -107,13 +115,13 @@ def main() -> None:
                               real[-1000:][rng.choice(1000, args.queries // 3, replace=False)]])
     n = args.size
     library = np.concatenate([real, FittedMixture(real).sample(n - len(real), seed=n)])
-    truth = exact_top(library, queries, 10)
+    truth = exact_top(library, queries, want)
     folder = args.work / f"annoy-settings-{n}"
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     try:
         built = {t: build(folder, library, t) for t in sorted({s[0] for s in settings})}
-        searches = {s: searcher(built[s[0]][0], s[1], s[2]) for s in settings}
+        searches = {s: searcher(built[s[0]][0], s[1], s[2], want) for s in settings}
         for search in searches.values():
             search(queries[0])   # pages mapped
         wall = {s: [] for s in settings}
@@ -131,10 +139,10 @@ def main() -> None:
                 found[s] = got
         rows = []
         for s in settings:
-            recall = np.mean([len(set(g[:10]) & set(t.tolist())) / 10 for g, t in zip(found[s], truth)])
+            recall = np.mean([len(set(g[:want]) & set(t.tolist())) / want for g, t in zip(found[s], truth)])
             rows.append({"size": n, "trees": s[0], "search_k": s[1], "rescored": s[2], "shipped": s == shipped,
-                         "baseline": s == base,
-                         "recall_at_10": round(float(recall), 4),
+                         "baseline": s == base, "want": want,
+                         "recall_at_10" if want == 10 else f"recall_at_{want}": round(float(recall), 4),
                          "distinct_candidates": round(distinct_candidates(built[s[0]][0], queries[:100], s[1])),
                          "p50_ms": pct(wall[s], 50), "p90_ms": pct(wall[s], 90),
                          "cpu_p50_ms": pct(cpu[s], 50), "cpu_p90_ms": pct(cpu[s], 90), **built[s[0]][1]})
@@ -147,7 +155,8 @@ def main() -> None:
             print(json.dumps(r), flush=True)
             continue
         print(f"{r['trees']:>3} trees, search_k {r['search_k']:>6,}, best {r['rescored']:>3} rescored: "
-              f"recall@10 {r['recall_at_10']:.3f}  {r['distinct_candidates']:>6,} distinct candidates  "
+              f"recall@{want} {r['recall_at_10' if want == 10 else f'recall_at_{want}']:.3f}  "
+              f"{r['distinct_candidates']:>6,} distinct candidates  "
               f"p50/p90 {r['p50_ms']:.2f}/{r['p90_ms']:.2f} ms wall ({r['p50_ms'] / base['p50_ms']:.2f}x/"
               f"{r['p90_ms'] / base['p90_ms']:.2f}x), CPU {r['cpu_p50_ms']:.2f}/{r['cpu_p90_ms']:.2f} ms "
               f"({r['cpu_p50_ms'] / base['cpu_p50_ms']:.2f}x/{r['cpu_p90_ms'] / base['cpu_p90_ms']:.2f}x)  "

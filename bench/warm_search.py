@@ -4,6 +4,7 @@
     .venv/bin/python bench/warm_search.py --before main      # the same loops with the code of git revision main
     .venv/bin/python bench/warm_search.py --keep "$TMPDIR/warm"   # build the indexes once, rerun on the same files
     .venv/bin/python bench/warm_search.py --sizes 100000 --earlier-trees 10   # beside a build of 10 Annoy trees
+    .venv/bin/python bench/warm_search.py --sizes 100000 --results 24   # as many results as the web page shows
 
 For each size: a synthetic index (random unit vectors in the model's space, written with the library's own Store and
 vector builder, as bench/search_latency.py does), then in fresh interpreters, each variant (this checkout, and
@@ -58,7 +59,7 @@ if os.environ.get("IMGTXT_BENCH_CODE"):
     sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in repr(f).lower()]
     sys.path.insert(0, os.environ["IMGTXT_BENCH_CODE"])
 from imgtxt import Library
-index_dir, queries = sys.argv[1], json.loads(sys.argv[2])
+index_dir, queries, n = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
 lib = Library(index_dir)
 lib.search("a photo")
 top = []
@@ -66,10 +67,10 @@ def timed(texts):
     wall, cpu = [], []
     for text in texts:
         w, c = time.perf_counter(), time.process_time()
-        found = lib.search(text)
+        found = lib.search(text, n)
         wall.append(time.perf_counter() - w)
         cpu.append(time.process_time() - c)
-        assert len(found) == 10
+        assert len(found) == n
         top.append([m.path for m in found])
     return wall, cpu
 new = timed(queries)
@@ -102,6 +103,8 @@ def main() -> None:
     parser.add_argument("--model", default=None)
     parser.add_argument("--before", default=None, help="git revision to compare with (e.g. main)")
     parser.add_argument("--keep", type=Path, default=None, help="build the indexes here and reuse them")
+    parser.add_argument("--results", type=int, default=10,
+                        help="results per search (the web page shows 24; `imgtxt search -n`)")
     parser.add_argument("--earlier-trees", type=int, default=None,
                         help="also search an index built with this many Annoy trees (the earlier default: 10)")
     args = parser.parse_args()
@@ -131,7 +134,8 @@ def main() -> None:
             results: dict[str, dict[str, list[float]]] = {}
             for _ in range(args.rounds):
                 for name, env, suffix in variants:
-                    out = subprocess.run([sys.executable, "-c", WARM, f"{index_dir}{suffix}", json.dumps(queries)],
+                    out = subprocess.run([sys.executable, "-c", WARM, f"{index_dir}{suffix}", json.dumps(queries),
+                                          str(args.results)],
                                          check=True, capture_output=True, text=True, env=env).stdout
                     got = json.loads(out.splitlines()[-1])
                     mine = results.setdefault(name, {})
@@ -142,7 +146,8 @@ def main() -> None:
                     mine.setdefault("top", []).append(got["top"])
             cold: dict[str, list[float]] = {"import numpy": []}
             def cli(suffix):
-                return [sys.executable, "-c", RUN_CLI, "search", queries[0], "--index", f"{index_dir}{suffix}"]
+                return [sys.executable, "-c", RUN_CLI, "search", queries[0], "--index", f"{index_dir}{suffix}",
+                        "-n", str(args.results)]
             for name, env, suffix in variants:
                 timed(cli(suffix), env)   # the OS file cache warm, as a second search finds it
             for _ in range(args.cold_runs):
@@ -168,8 +173,8 @@ def main() -> None:
                     print(f"{n:>7} photos: {key} p50, this checkout / {args.before}: "
                           f"{pct(mine[key], .5) / pct(old[key], .5):.2f}x")
                 same = sum(a == b for a, b in zip(mine["top"][0], old["top"][0]))
-                print(f"{n:>7} photos: the same 10 photos in the same order as {args.before} for {same} of "
-                      f"{len(queries)} new-text queries")
+                print(f"{n:>7} photos: the same {args.results} photos in the same order as {args.before} for {same} "
+                      f"of {len(queries)} new-text queries")
                 print(f"{n:>7} photos: cold search median, this checkout / {args.before}: "
                       f"{statistics.median(cold['this checkout']) / statistics.median(cold[args.before]):.2f}x")
             if args.earlier_trees:
