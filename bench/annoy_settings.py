@@ -16,8 +16,8 @@ them alike): recall@10, p50/p90 of wall and CPU milliseconds per query, and the 
 the baseline's; with --json, one JSON object a line.
 
 --want W: each search asks for W results (the web page shows 24) and recall@W is counted against exact search's
-top W; --search-k values are then the search_k of a W-result search (the shipped rule grows it in steps of 10
-results: search_k(W) = 20,000 x ceil(W / 10)), and the candidates rescored grow as the product's do (30 a result).
+top W; --search-k values are then the search_k of a W-result search (the shipped one, vector_index.search_k:
+20,000 x sqrt(ceil(W / 10)) at 100k), and the candidates rescored grow as the product's do (30 a result).
 """
 from __future__ import annotations
 
