@@ -119,3 +119,20 @@ def test_each_thread_has_its_own_request(text):
         for got, want in zip(results, expected * 5):
             np.testing.assert_array_equal(got, want)
     assert counting.made == 3
+
+
+def test_a_graph_that_fails_to_run_hands_the_query_back_to_numpy(text):
+    tokens = text.tokenize("a dog running on the beach")
+    text.encode([text.tokenize("a")])
+    text.encode([text.tokenize("b")])
+    text.query_graph.wait()
+    expected = text.encode([tokens])                                       # through the graph
+
+    class Broken:
+        def infer(self, inputs):
+            raise RuntimeError("Exception from src/inference/src/infer_request.cpp\nmore")
+
+    text.query_graph._local.request = Broken()
+    np.testing.assert_allclose(text.encode([tokens]), expected, atol=1e-5)   # answered, by numpy
+    assert text.query_graph.failure.startswith("Exception from") and text.query_graph.compiled is None
+    np.testing.assert_allclose(text.encode([tokens]), expected, atol=1e-5)   # and numpy from then on

@@ -118,8 +118,13 @@ class QueryGraph:
             if start:
                 self.start()
             return None
-        request = getattr(self._local, "request", None)
-        if request is None:
-            request = self._local.request = compiled.create_infer_request()
-        # copied: the output is a view of the request's buffer, which its next inference overwrites
-        return np.array(request.infer({0: np.ascontiguousarray(x, np.float32)})[0])
+        try:
+            request = getattr(self._local, "request", None)
+            if request is None:
+                request = self._local.request = compiled.create_infer_request()
+            # copied: the output is a view of the request's buffer, which its next inference overwrites
+            return np.array(request.infer({0: np.ascontiguousarray(x, np.float32)})[0])
+        except Exception as e:  # noqa: BLE001 (an optimisation only: numpy answers this query and every later one)
+            self.failure = (str(e).splitlines() or [type(e).__name__])[0][:200]
+            self.compiled = None
+            return None
