@@ -304,7 +304,7 @@ class Runtime:
             from .minilm_graph import QueryGraph
 
             # threads that get here together keep one graph (dict.setdefault is atomic): one compile
-            self.__dict__.setdefault("_new_graph", QueryGraph(self.tensors, PREFIX, self.config, start_at_call=1))
+            self.__dict__.setdefault("_new_graph", QueryGraph(self.tensors, PREFIX, self.config))
             self.query_graph = self._new_graph
         states = self.query_graph.run(x)
         if states is not None and not self._released:

@@ -76,14 +76,16 @@ def compile_graph(tensors, prefix: str, config: dict):
     return ov.Core().compile_model(build(tensors, prefix, config), "CPU", SETTINGS)
 
 
+def _first_line(e: Exception) -> str:
+    return (str(e).splitlines() or [type(e).__name__])[0][:200]
+
+
 class QueryGraph:
     """The layers for one sentence at a time: `run(x)` gives the states once the graph is compiled, else None (the
     caller runs numpy). Thread-safe: one compile, one infer request per thread."""
 
-    def __init__(self, tensors, prefix: str, config: dict, start_at_call: int = 1):
+    def __init__(self, tensors, prefix: str, config: dict):
         self._args = (tensors, prefix, config)
-        self._start_at = start_at_call
-        self._calls = 0
         self._lock = threading.Lock()
         self._local = threading.local()
         self._thread: threading.Thread | None = None
@@ -94,7 +96,7 @@ class QueryGraph:
         try:
             self.compiled = compile_graph(*self._args)
         except Exception as e:  # noqa: BLE001 (an optimisation only: any failure leaves numpy answering)
-            self.failure = (str(e).splitlines() or [type(e).__name__])[0][:200]
+            self.failure = _first_line(e)
 
     def start(self) -> None:
         """Compile on a thread (not a daemon: a process that ends meanwhile waits for it, never kills it mid-way)."""
@@ -112,10 +114,7 @@ class QueryGraph:
         """(1, T, hidden) states for (1, T, hidden) embeddings, or None while the graph is not ready."""
         compiled = self.compiled
         if compiled is None:
-            with self._lock:
-                self._calls += 1
-                start = self._thread is None and self._calls >= self._start_at and enabled()
-            if start:
+            if self._thread is None and enabled():   # the first call starts the compile (start() runs it once)
                 self.start()
             return None
         try:
@@ -125,6 +124,6 @@ class QueryGraph:
             # copied: the output is a view of the request's buffer, which its next inference overwrites
             return np.array(request.infer({0: np.ascontiguousarray(x, np.float32)})[0])
         except Exception as e:  # noqa: BLE001 (an optimisation only: numpy answers this query and every later one)
-            self.failure = (str(e).splitlines() or [type(e).__name__])[0][:200]
+            self.failure = _first_line(e)
             self.compiled = None
             return None
