@@ -1,0 +1,34 @@
+"""bench/gallery_size.py: which added photos a phrase counts as right, and tie-safe ranks."""
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+import numpy as np
+from conftest import REPO
+
+
+def load_bench():
+    sys.path.insert(0, str(REPO / "bench"))   # it imports its neighbours, as it does when run
+    spec = importlib.util.spec_from_file_location("gallery_size", REPO / "bench" / "gallery_size.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+bench = load_bench()
+
+
+def test_a_phrase_is_right_for_the_photos_whose_captions_hold_it_as_whole_words():
+    captions = ["A black dog runs .", "x", "x", "x", "x",             # photo 0
+                "Two black dogs play .", "x", "x", "x", "x",          # photo 1: "black dogs" is not "black dog"
+                "x", "x", "x", "x", "a BLACK dog, wet, swims ."]      # photo 2: case and punctuation
+    assert bench.phrase_photos("a black dog", captions) == {0, 2}
+    assert bench.phrase_photos("black dogs", captions) == {1}
+
+
+def test_ranks_count_a_tie_against_the_right_photo_and_recall_is_in_percent():
+    scores = np.array([[0.5, 0.5, 0.1], [0.2, 0.9, 0.3], [0.9, 0.1, 0.2]])
+    ranks = bench.ranks(scores, [frozenset({0}), frozenset({0, 2}), frozenset({0})])
+    assert ranks.tolist() == [2, 2, 1]
+    assert bench.recall(ranks) == [33.3, 100.0, 100.0]
