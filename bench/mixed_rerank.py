@@ -36,7 +36,8 @@ import mixed_library  # the gallery, its photos and the queries file
 KINDS = ("caption", "phrase", "object", "photo-of")
 
 
-def load(model_dir: Path, data_dir: str, photos: Path, queries: Path):
+def load(model_dir: Path, data_dir: str, photos: Path, queries: Path, with_gallery: bool = False):
+    """(score parts, kinds, right photos, fold groups, Flickr8k photo count[, the gallery's vectors])."""
     from imgtxt.model.modelfile import TrainedModel
     from imgtxt.research import rank_fusion
     from imgtxt.research import search_confidence_fit as fitting
@@ -60,7 +61,8 @@ def load(model_dir: Path, data_dir: str, photos: Path, queries: Path):
     groups = ([f"c{i // 5}" for i in range(len(split.captions))] + [f"p{i}" for i in range(len(phrases))]
               + [f"o{min(c for c in r if c >= len(images))}" for r in right[len(split.captions) + len(phrases):]])
     parts = rank_fusion.score_parts(model, gallery, model.encode_text(texts))
-    return parts, np.array(kinds), right, groups, len(images)
+    out = parts, np.array(kinds), right, groups, len(images)
+    return (*out, gallery, model) if with_gallery else out
 
 
 class Candidates:

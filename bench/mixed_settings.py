@@ -1,7 +1,8 @@
 """The search score's fitted weights (the ConSE bridge's weight, the hubness weight and its form) chosen again on
 the mixed benchmark (bench/mixed_library.py's gallery and queries), beside Flickr8k val.
 
-    python bench/mixed_settings.py --data-dir ../shared/data/flickr8k [--model DIR] [--gate-gains] [--work DIR] [--json]
+    python bench/mixed_settings.py --data-dir ../shared/data/flickr8k [--model DIR] [--gate-gains | --hub-banks]
+                                   [--work DIR] [--json]
 
 Today's search score is joint cosine + gate x ConSE score + the photo's hubness term (docs/method.md). Both the
 ConSE weight and the hubness term are fitted on Flickr8k val alone (`imgtxt add-concepts`, `imgtxt tune-search`).
@@ -14,6 +15,11 @@ ranked over the whole gallery:
   query gate     (--gate-gains) its gain 0 to 12, start and span kept: `imgtxt tune-search` takes the largest
                  gain whose val rsum stays within 0.25 of no gate, so val only vetoes; here the gain is
                  measured where it shows, on object and name queries.
+  hubness bank   (--hub-banks) what a photo's offset is measured against: the model's own bank (every
+                 bank_stride-th line of captions.txt, which takes one class line in bank_stride), the training
+                 captions alone, those plus every class line ("A photo of a <class>."), every line; the centre
+                 recomputed over the val photos, the model's weight and top_k kept. A bank without an object
+                 photo's class line gives it a low offset, which the linear form turns into a lift.
 For each setting: R@1/5/10 per query kind in the mixed gallery and their "mean sum" (the kinds' mean of
 R@1+R@5+R@10); Flickr8k val t2i among the 1,000 val photos alone (R@1+R@5+R@10; what a search-side weight moves;
 the ConSE weight moves val i2t too, which `imgtxt add-concepts` prints); and "intrusions": of the caption and the
@@ -25,6 +31,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -86,6 +93,35 @@ def figures(scores: np.ndarray, kinds: np.ndarray, right: list, flickr: int) -> 
     return row
 
 
+def hub_bank_sweep(parts, gallery: np.ndarray, model, kinds: np.ndarray, right: list, flickr: int) -> list[dict]:
+    """The photo offsets measured against other banks, the model's weight, top_k and linear form kept."""
+    from imgtxt.model import search_tuning
+
+    hub = model.hubness
+    if not hub:
+        raise SystemExit("mixed_settings: the model has no hubness term (imgtxt tune-search first)")
+    lines = model.caption_bank()
+    # class lines read "A photo of a tench."; training captions end " ." (two of them open "A photo of a")
+    classes = np.array([re.fullmatch(r"A photo of an? .*[^ ]\.", line) is not None for line in lines])
+    full = model.caption_bank_vectors(1)
+    stride = hub.get("bank_stride", 1)
+    captions = full[~classes]
+    banks = {"the model's": full[::stride], "captions alone": captions[::stride],
+             "captions + every class line": np.concatenate([captions[::stride], full[classes]]),
+             "every line": full}
+    content = gallery[:, :model.content_dim]
+    base = parts.joint + parts.gate[:, None] * parts.conse
+    out = []
+    for name, bank in banks.items():
+        offsets = search_tuning.photo_offsets(content, bank, hub["top_k"])
+        center = float(offsets[:flickr].mean())
+        scores = base - hub["weight"] * (offsets - center)[None, :]
+        out.append({"bank": name, "bank_rows": len(bank), "model_setting": name == "the model's",
+                    "offset_flickr": round(center, 4), "offset_objects": round(float(offsets[flickr:].mean()), 4),
+                    **figures(scores, kinds, right, flickr)})
+    return out
+
+
 def gate_sweep(parts, kinds: np.ndarray, right: list, flickr: int, gate: dict) -> list[dict]:
     """The query gate's gain varied, its start and span and every other weight kept: a query's ConSE part is
     scaled by 1 + gain x clip((name-likeness - start) / span, 0, 1) (imgtxt.model.search_tuning.gate_scale)."""
@@ -104,6 +140,7 @@ def main() -> None:
     parser.add_argument("--model", type=Path, help="model folder (default: the shipped model)")
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "imgtxt-mixed-library")
     parser.add_argument("--gate-gains", action="store_true", help="vary the query gate's gain instead")
+    parser.add_argument("--hub-banks", action="store_true", help="vary the bank the hubness offsets are measured against")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     from imgtxt import paths
@@ -112,7 +149,13 @@ def main() -> None:
     photos, queries = mixed_library.prepare(args.work, args.data_dir, "mixed_settings")
     model_dir = args.model or paths.default_model_dir()
     config = TrainedModel.load(model_dir).config
-    parts, kinds, right, _, flickr = mixed_rerank.load(model_dir, args.data_dir, photos, queries)
+    parts, kinds, right, _, flickr, gallery, model = mixed_rerank.load(model_dir, args.data_dir, photos, queries,
+                                                                       with_gallery=True)
+    if args.hub_banks:
+        print_rows(hub_bank_sweep(parts, gallery, model, kinds, right, flickr), args.json,
+                   f"{'bank':>28} {'rows':>6} {'offset val / obj':>17} ",
+                   lambda r: f"{r['bank']:>28} {r['bank_rows']:>6} {r['offset_flickr']:>8.4f} /{r['offset_objects']:>7.4f} ")
+        return
     if args.gate_gains:
         gate = config.get("search", {}).get("query_gate")
         if not gate:

@@ -56,3 +56,30 @@ def test_the_gate_gain_lifts_only_the_queries_it_opens_for():
     assert rows[3.0]["object"][0] == 0.0 and rows[5.0]["object"][0] == 100.0
     # the caption's gate stays shut: its ranking is the same at every gain
     assert {tuple(r["caption"]) for r in rows.values()} == {(0.0, 100.0, 100.0)}
+
+
+def test_the_hubness_bank_with_every_class_line_stops_lifting_an_object_photo_whose_class_line_was_left_out():
+    # dims: a caption's direction, class "tench", class "cup"; the bank's every 2nd line holds no "cup" line
+    lines = ["A dog runs on the grass .", "A cat sits .", "A photo of a tench.", "A photo of a cup."]
+    bank = np.array([[1, 0, 0], [0.9, 0, 0], [0, 1, 0], [0, 0, 1]], np.float32)
+    model = SimpleNamespace(hubness={"top_k": 1, "weight": 1.0, "bank_stride": 2}, content_dim=3,
+                            caption_bank=lambda: lines, caption_bank_vectors=lambda stride: bank[::stride])
+    gallery = np.array([[1, 0, 0, 9], [0.5, 0, 0, 9], [0, 0, 1, 9]], np.float32)   # 2 val photos, a cup photo
+    joint = np.array([[0.9, 0.3, 0.2], [0.1, 0.5, 0.0], [0.2, 0.1, 0.5], [0.0, 0.0, 0.6]])
+    parts = SimpleNamespace(joint=joint, conse=np.zeros((4, 3)), gate=np.ones(4))
+    rows = {r["bank"]: r for r in settings.hub_bank_sweep(parts, gallery, model, KINDS, RIGHT, 2)}
+    assert list(rows) == ["the model's", "captions alone", "captions + every class line", "every line"]
+    assert [rows[b]["bank_rows"] for b in rows] == [2, 1, 3, 4]
+    # offsets (top 1): the val photos 1 and 0.5 (centre 0.75); the cup photo 0 without its line, 1 with it
+    assert rows["the model's"]["offset_flickr"] == 0.75 and rows["the model's"]["offset_objects"] == 0.0
+    assert rows["every line"]["offset_objects"] == 1.0
+    # the model's bank lifts the cup photo by 0.75: the caption (0.65 against 0.95) and the phrase (a tie at 0.75)
+    # lose their first place to it; the object query gets it
+    assert rows["the model's"]["caption"][0] == 0.0 and rows["the model's"]["phrase"][0] == 0.0
+    assert rows["the model's"]["object"][0] == 100.0 and rows["the model's"]["model_setting"]
+    assert rows["captions alone"]["caption"] == rows["the model's"]["caption"]
+    # with its class line the cup photo is pushed down by 0.25 instead: the scene queries get first place back,
+    # the object query (0.25 against 0.35) loses it
+    for bank_name in ("captions + every class line", "every line"):
+        assert rows[bank_name]["caption"][0] == 100.0 and rows[bank_name]["phrase"][0] == 100.0
+        assert rows[bank_name]["object"] == [0.0, 100.0, 100.0] and rows[bank_name]["photo-of"][0] == 100.0
