@@ -113,3 +113,41 @@ def test_search_says_what_it_searched_for(library, tmp_path):
     # the tiny model knows none of these words: the refusal is the hint (the shipped model searches and hints)
     foreign = library.run("search", "un chien qui court sur la plage", ok=False)
     assert foreign.exit_code == 1 and foreign.stderr.strip() == f"imgtxt: {ENGLISH_HINT}"
+
+
+# Sentences of other languages whose every word MiniLM's vocabulary knows ("le", "chat", "sur"), and English ones
+# that hold another language's articles or names: the word lists' frequencies tell them apart.
+def every_word_known(word):
+    return True
+
+
+@pytest.mark.parametrize("query", ["un chat sur le canapé", "le chat noir", "une femme qui court dans le parc",
+                                   "la tour eiffel la nuit", "eine Katze auf dem Sofa", "una mujer con un paraguas rojo",
+                                   "il gatto nero", "el gato"])
+def test_a_sentence_of_known_words_in_another_language_gets_the_hint_and_no_correction(query):
+    reading = read_query(query, every_word_known, lambda: {"suit": 40, "night": 30})
+    assert (reading.text, reading.note) == (query, ENGLISH_HINT)   # "nuit" is never read as "suit"
+
+
+@pytest.mark.parametrize("query", ["los angeles skyline", "la tour eiffel at night", "de la soul concert",
+                                   "el capitan in yosemite", "a kid in a la liga shirt", "en route to the alps",
+                                   "le mans race", "a street in montmartre"])
+def test_english_with_another_language_s_articles_or_names_gets_no_hint(query):
+    assert read_query(query, every_word_known, lambda: {}).note is None
+
+
+def test_the_markers_are_each_far_more_frequent_in_another_language_than_in_english():
+    english = query_words._dictionary("en").word_frequency
+    others = [query_words._dictionary(lang).word_frequency for lang in query_words.OTHER_LANGUAGES]
+
+    def share(freq, word):
+        return (freq[word] + 1) / freq.total_words
+
+    weak = [w for w in query_words.FOREIGN_MARKERS if max(share(f, w) for f in others) < 100 * share(english, w)]
+    assert weak == []
+
+
+def test_two_edits_only_for_words_of_five_letters_or_more():
+    bank = {"boy": 500, "bicycle": 40}
+    assert read_query("bbq", known(), lambda: bank).text == "bbq"          # "boy" is two edits away
+    assert read_query("a bycicle", known("a"), lambda: bank).text == "a bicycle"
