@@ -14,6 +14,20 @@ sys.path.insert(0, str(Path(__file__).parent))
 from tiny_model import backbone_facts, build_tiny_model  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def load_bench(name: str):
+    """bench/NAME.py as a module, importable by its neighbours as when it is run (bench/ on the path) and known to
+    sys.modules (dataclasses look their module up there)."""
+    import importlib.util
+
+    if str(REPO / "bench") not in sys.path:
+        sys.path.insert(0, str(REPO / "bench"))
+    spec = importlib.util.spec_from_file_location(name, REPO / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
 EXAMPLES = REPO / "examples"
 
 

@@ -1,22 +1,11 @@
 """bench/gallery_size.py: which added photos a phrase counts as right, and tie-safe ranks."""
 from __future__ import annotations
 
-import importlib.util
-import sys
-
 import numpy as np
-from conftest import REPO
+from conftest import load_bench
 
 
-def load_bench():
-    sys.path.insert(0, str(REPO / "bench"))   # it imports its neighbours, as it does when run
-    spec = importlib.util.spec_from_file_location("gallery_size", REPO / "bench" / "gallery_size.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = load_bench()
+bench = load_bench("gallery_size")
 
 
 def test_a_phrase_is_right_for_the_photos_whose_captions_hold_it_as_whole_words():

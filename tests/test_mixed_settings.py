@@ -1,23 +1,13 @@
 """bench/mixed_settings.py's figures and its query-gate sweep on a hand-made score matrix."""
 from __future__ import annotations
 
-import importlib.util
-import sys
 from types import SimpleNamespace
 
 import numpy as np
-from conftest import REPO
+from conftest import load_bench
 
 
-def load_settings():
-    sys.path.insert(0, str(REPO / "bench"))   # it imports its neighbours, as it does when run
-    spec = importlib.util.spec_from_file_location("mixed_settings", REPO / "bench" / "mixed_settings.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-settings = load_settings()
+settings = load_bench("mixed_settings")
 
 # Two Flickr8k photos (columns 0, 1) and one object photo (column 2); one query of each kind, in KINDS' order.
 KINDS = np.array(["caption", "phrase", "object", "photo-of"])

@@ -1,23 +1,13 @@
 """bench/object_devset.py's scoring on hand-made rankings, and its queries naming only photos of the set."""
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from conftest import load_bench
 
 
-def load_devset():
-    spec = importlib.util.spec_from_file_location("object_devset", REPO / "bench" / "object_devset.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module   # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-devset = load_devset()
+devset = load_bench("object_devset")
 
 
 @pytest.mark.parametrize("ranked, right, expected", [
