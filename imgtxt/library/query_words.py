@@ -145,8 +145,11 @@ def _reads_foreign(words: list[str]) -> bool:
     others = [_dictionary(language).word_frequency for language in OTHER_LANGUAGES]
     if not any(log_likelihood(freq) - base >= FOREIGN_MARGIN * len(words) for freq in others):
         return False
-    return not any(share(english, w) >= COMMON and all(share(english, w) >= PLAINLY_ENGLISH * share(f, w) for f in others)
-                   for w in words)
+
+    def plainly_english(w) -> bool:
+        return share(english, w) >= COMMON and all(share(english, w) >= PLAINLY_ENGLISH * share(f, w) for f in others)
+
+    return not any(plainly_english(w) for w in words)
 
 
 def _correct(word: str, english, counts) -> str | None:
