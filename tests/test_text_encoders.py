@@ -382,9 +382,14 @@ def test_dense_agrees_with_int8_matmul_on_every_way_and_keeps_blocks_only_when_a
 def test_queries_rank_photos_the_same_with_the_small_batch_ways(monkeypatch):
     """The shipped model's int8 text matrices take Dense's small-batch ways for a query (and keep int8 column
     blocks from the second query): the vectors must match the plain int8_matmul's to float32 rounding, and the
-    top 10 over 20,000 photo vectors must be the same photos in the same order."""
+    top 10 over 20,000 photo vectors must be the same photos in the same order. The OpenVINO query graph is off:
+    it compiles in the background and, once ready, answers single sentences and releases the kept blocks, so
+    whether numpy's ways ran would depend on how fast this machine compiles."""
     from imgtxt.model import tensor_file
     from imgtxt.model.modelfile import TrainedModel, default_model_dir
+    from imgtxt.model.text_encoders import minilm_graph
+
+    monkeypatch.setenv(minilm_graph.ENV, "0")
 
     queries = ["a dog running on the beach", "two children playing in the snow", "a man in a red shirt climbing",
                "an old car on a busy street", "a black cat lying on a wooden bench"]
