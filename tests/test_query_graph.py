@@ -36,7 +36,7 @@ def numpy_states(runtime, tokens):
     return numpy_only(runtime, lambda: runtime.hidden_states([tokens])[0])
 
 
-def test_the_graph_gives_numpys_states_and_query_vectors(text):
+def test_the_graph_gives_numpys_states_sentence_vectors_and_query_vectors(text):
     tokens = [text.tokenize(s) for s in SENTENCES]
     first = [text.encode([t]) for t in tokens[:2]]      # numpy; the second call starts the graph's compile
     assert text.query_graph is not None
@@ -47,24 +47,29 @@ def test_the_graph_gives_numpys_states_and_query_vectors(text):
     assert any(d.kept_bytes for d in text._matrices.values())     # numpy's small-batch blocks, kept ...
     text.encode([tokens[0]])
     assert not any(d.kept_bytes for d in text._matrices.values())  # ... and let go once the graph answers
+    assert not any(d.kept_bytes for d in text.head.matrices)     # the head's too: the graph runs it
     for t, vector in zip(tokens, before):
-        graph_states = text.query_graph.run(text_embeddings(text, t))
+        graph_states, graph_sentence, graph_joint = text.query_graph.run(text_embeddings(text, t))
         assert graph_states.shape == (1, len(t), minilm.ARCH["hidden"])
         assert np.abs(graph_states - numpy_states(text, t)).max() < 1e-4
+        joint, sentence = numpy_only(text, lambda t=t: text.encode_with_sentence([t]))
+        assert graph_sentence.shape == sentence.shape and graph_joint.shape == joint.shape == vector.shape
+        assert np.abs(graph_sentence - sentence).max() < 1e-5 and np.abs(graph_joint - joint).max() < 1e-5
         assert np.abs(text.encode([t]) - vector).max() < 1e-5   # through the graph now
+        np.testing.assert_array_equal(text.encode_with_sentence([t])[1], graph_sentence)
+
+
+def test_the_graph_without_a_head_gives_the_states_alone(text):
+    graph = minilm_graph.QueryGraph(text.tensors, minilm.PREFIX, text.config)
+    graph.wait()
+    tokens = text.tokenize("a dog running on the beach")
+    out = graph.run(text_embeddings(text, tokens))
+    assert len(out) == 1 and np.abs(out[0] - numpy_states(text, tokens)).max() < 1e-4
 
 
 def text_embeddings(runtime, tokens):
-    """The layers' input for one sentence, caught from hidden_states."""
-    caught = []
-    graph = runtime.query_graph
-    original = graph.run
-    graph.run = lambda x: caught.append(x) or original(x)
-    try:
-        runtime.hidden_states([tokens])
-    finally:
-        graph.run = original
-    return caught[0]
+    """The layers' input for one sentence."""
+    return runtime._embeddings([tokens])[0]
 
 
 def test_a_one_shot_search_never_builds_the_graph(text):

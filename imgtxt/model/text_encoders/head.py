@@ -41,6 +41,10 @@ class NumpyHead:
             self.w2, self.b2 = Weight(tensors, f"{prefix}.out.weight"), bias("out.bias")
 
     @property
+    def matrices(self) -> list:
+        return [self.w, self.w1, self.w2] if self.kind == "mlp" else [self.w]
+
+    @property
     def out_dim(self) -> int:
         return self.w.shape[0]
 

@@ -269,7 +269,15 @@ class Runtime:
 
     def hidden_states(self, token_lists: list[list[int]], layers: int | None = None):
         """(B, T, 384) after `layers` transformer layers (all by default), and the (B, T) mask."""
-        c = self.config
+        x, mask = self._embeddings(token_lists)
+        if len(token_lists) == 1 and layers in (None, self.config["layers"]):
+            out = self._graph(x)
+            if out is not None:
+                return out[0], mask
+        return self._layers(x, mask, layers), mask
+
+    def _embeddings(self, token_lists: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+        """(B, T, 384) the layers' input, and the (B, T) mask."""
         lengths = np.array([len(t) for t in token_lists])
         tokens = np.zeros((len(token_lists), lengths.max()), np.int64)
         for i, t in enumerate(token_lists):
@@ -283,20 +291,18 @@ class Runtime:
             np.asarray(self.tensors[name][used], dtype=np.float32)
         x = (words[np.searchsorted(used, tokens)] + self._w("embeddings.position_embeddings.weight")[:tokens.shape[1]]
              + self._w("embeddings.token_type_embeddings.weight")[0])
-        x = layer_norm(x, self._w("embeddings.LayerNorm.weight"), self._w("embeddings.LayerNorm.bias"),
-                       c["layer_norm_eps"])
-        if len(token_lists) == 1 and layers in (None, c["layers"]):
-            states = self._graph_states(x)
-            if states is not None:
-                return states, mask
-        bias = np.where(mask, 0.0, np.finfo(np.float32).min).astype(np.float32)[:, None, None, :]
-        for i in range(c["layers"] if layers is None else layers):
-            x = self._layer(x, i, bias)
-        return x, mask
+        return layer_norm(x, self._w("embeddings.LayerNorm.weight"), self._w("embeddings.LayerNorm.bias"),
+                          self.config["layer_norm_eps"]), mask
 
-    def _graph_states(self, x: np.ndarray) -> np.ndarray | None:
-        """One sentence's states by the OpenVINO graph once it is compiled, else None. Not imported before a
-        process's second sentence: a one-shot search never pays for it."""
+    def _layers(self, x: np.ndarray, mask: np.ndarray, layers: int | None = None) -> np.ndarray:
+        bias = np.where(mask, 0.0, np.finfo(np.float32).min).astype(np.float32)[:, None, None, :]
+        for i in range(self.config["layers"] if layers is None else layers):
+            x = self._layer(x, i, bias)
+        return x
+
+    def _graph(self, x: np.ndarray) -> tuple[np.ndarray, ...] | None:
+        """One sentence's (states, sentence vector, joint vector) by the OpenVINO graph once it is compiled, else
+        None. Not imported before a process's second sentence: a one-shot search never pays for it."""
         if self.query_graph is None:
             self._single_calls += 1
             if self._single_calls < START_AT_CALL:
@@ -304,14 +310,14 @@ class Runtime:
             from .minilm_graph import QueryGraph
 
             # threads that get here together keep one graph (dict.setdefault is atomic): one compile
-            self.__dict__.setdefault("_new_graph", QueryGraph(self.tensors, PREFIX, self.config))
+            self.__dict__.setdefault("_new_graph", QueryGraph(self.tensors, PREFIX, self.config, self.head))
             self.query_graph = self._new_graph
-        states = self.query_graph.run(x)
-        if states is not None and not self._released:
-            self._released = True   # single sentences no longer use the layers' kept int8 blocks (12 MB)
-            for dense in self._matrices.values():
+        out = self.query_graph.run(x)
+        if out is not None and not self._released:
+            self._released = True   # single sentences no longer use the kept int8 blocks (layers and head, 14 MB)
+            for dense in [*self._matrices.values(), *self.head.matrices]:
                 dense.release()
-        return states
+        return out
 
     def _layer(self, x: np.ndarray, i: int, bias: np.ndarray) -> np.ndarray:
         c, w = self.config, lambda n: self._w(f"encoder.layer.{i}.{n}")  # noqa: E731
@@ -339,10 +345,7 @@ class Runtime:
     def sentence_vectors(self, token_lists: list[list[int]]) -> np.ndarray:
         """Mean-pooled, L2-normalised MiniLM vectors (B, 384): sentence-transformers' output."""
         x, mask = self.hidden_states(token_lists)
-        # float32 throughout: dividing by the int64 token count made it float64, and the head then upcast its
-        # weights on every query (~10 ms of a search)
-        pooled = (x * mask[..., None]).sum(1) / np.maximum(mask.sum(1, keepdims=True), 1).astype(np.float32)
-        return pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), np.float32(1e-12))
+        return _pooled(x, mask)
 
     def encode(self, token_lists: list[list[int]]) -> np.ndarray:
         return self.encode_with_sentence(token_lists)[0]
@@ -350,6 +353,20 @@ class Runtime:
     def encode_with_sentence(self, token_lists: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
         """(joint vectors, the sentence vectors they were made from): one forward for both."""
         token_lists = [t if t else [101, 102] for t in token_lists]
-        sentence = self.sentence_vectors(token_lists)
+        if len(token_lists) == 1:   # a query: the graph runs the pooling and the head too, once it is ready
+            x, mask = self._embeddings(token_lists)
+            out = self._graph(x)
+            if out is not None and len(out) == 3:
+                return out[2], out[1]
+            sentence = _pooled(self._layers(x, mask) if out is None else out[0], mask)
+        else:
+            sentence = self.sentence_vectors(token_lists)
         y = self.head(sentence)
         return (y / np.maximum(np.linalg.norm(y, axis=1, keepdims=True), 1e-12)).astype(np.float32), sentence
+
+
+def _pooled(x: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    # float32 throughout: dividing by the int64 token count made it float64, and the head then upcast its
+    # weights on every query (~10 ms of a search)
+    pooled = (x * mask[..., None]).sum(1) / np.maximum(mask.sum(1, keepdims=True), 1).astype(np.float32)
+    return pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), np.float32(1e-12))
