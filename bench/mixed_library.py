@@ -162,24 +162,31 @@ def small_galleries(bench, calibration, size: int, seed: int = 0) -> dict:
     return out
 
 
-def run(model_dir: Path, data_dir: str, photos: Path, queries: Path, small: tuple[int, ...] = ()) -> dict:
+def rated_bench(model, data_dir: str, photos: Path, queries: Path):
+    """(benchmark, calibration, what rates it): every query of the mixed library scored over its gallery, with
+    each query's baseline from the model's per-query search confidence (0 for a plain score calibration)."""
     from imgtxt.model.calibration import Calibration
-    from imgtxt.model.modelfile import TrainedModel
     from imgtxt.model.search_confidence import of_model
     from imgtxt.research import search_confidence_fit as fitting
-    from imgtxt.research.datasets import load_split
 
-    model = TrainedModel.load(model_dir)
     reference = fitting.reference_vectors(model, "flickr8k", data_dir, quiet=True)
     bench = fitting.build(model, "flickr8k", data_dir, reference, "val", queries, photos, quiet=True)
     per_query = of_model(model)
     if per_query is not None:
         form = fitting.Form(per_query.rank, per_query.concept_weight, per_query.concept_scale)
-        bench = fitting.with_baseline(bench, form)
-        calibration, rated_by = per_query.calibration, "per-query search confidence"
-    else:   # the plain calibration reads raw scores: a baseline of 0 for every query
-        bench = dataclasses.replace(bench, baselines=np.zeros_like(bench.baselines))
-        calibration, rated_by = model.calibration or Calibration(1.0, 0.0, 0.99, 0.5), "plain score calibration"
+        return fitting.with_baseline(bench, form), per_query.calibration, "per-query search confidence"
+    # the plain calibration reads raw scores: a baseline of 0 for every query
+    bench = dataclasses.replace(bench, baselines=np.zeros_like(bench.baselines))
+    return bench, model.calibration or Calibration(1.0, 0.0, 0.99, 0.5), "plain score calibration"
+
+
+def run(model_dir: Path, data_dir: str, photos: Path, queries: Path, small: tuple[int, ...] = ()) -> dict:
+    from imgtxt.model.modelfile import TrainedModel
+    from imgtxt.research import search_confidence_fit as fitting
+    from imgtxt.research.datasets import load_split
+
+    model = TrainedModel.load(model_dir)
+    bench, calibration, rated_by = rated_bench(model, data_dir, photos, queries)
     flickr = len(load_split("flickr8k", data_dir, "val").image_paths)
     mixed = fitting.measure(calibration, bench)
     own = fitting.measure(calibration, own_gallery(bench, flickr))

@@ -73,20 +73,14 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "imgtxt-mixed-library")
     args = parser.parse_args()
     from imgtxt.model.modelfile import TrainedModel
-    from imgtxt.model.search_confidence import of_model
     from imgtxt.research import search_confidence_fit as fitting
     from imgtxt.research.datasets import load_split
 
     photos, queries = mixed_library.prepare(args.work, args.data_dir, "strong_by_eye")
     model = TrainedModel.load(args.model)
-    reference = fitting.reference_vectors(model, "flickr8k", args.data_dir, quiet=True)
-    bench = fitting.build(model, "flickr8k", args.data_dir, reference, "val", queries, photos, quiet=True)
-    per_query = of_model(model)
-    if per_query is None:
+    bench, calibration, rated_by = mixed_library.rated_bench(model, args.data_dir, photos, queries)
+    if rated_by != "per-query search confidence":
         raise SystemExit("strong_by_eye: the model has no per-query search confidence (imgtxt calibrate-search)")
-    bench = fitting.with_baseline(bench, fitting.Form(per_query.rank, per_query.concept_weight,
-                                                      per_query.concept_scale))
-    calibration = per_query.calibration
 
     def level(q, score):
         return calibration.level(calibration.confidence(bench.above([q], [score])[0]))
