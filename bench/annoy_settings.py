@@ -1,12 +1,13 @@
 """Annoy's settings at one library size, side by side in one run: trees, search_k and the candidates rescored.
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/annoy_settings.py [--size 100000] [--trees 10,20,30,40]
-        [--search-k 10000,15000,20000,30000] [--candidates 300] [--rounds 3] [--queries 300] [--work DIR]
-        [--want 24 --baseline 50,60000,300]
+        [--search-k 10000,15000,20000,30000] [--candidates 300] [--projected 64,128] [--rounds 3] [--queries 300]
+        [--work DIR] [--want 24 --baseline 50,60000,300]
 
 The library and the queries are bench/vector_search.py's (the shipped model's 7,000 real Flickr8k train+val photo
 vectors plus vectors drawn from a mixture fitted to them; 300 val caption queries and 100 val photo queries,
-recall@10 against exact search). One Annoy build per tree count, written by the library's own
+recall@10 against exact search). One Annoy build per tree count and projection width (--projected: the PCA
+dimensions Annoy's items keep, vector_index.PROJECTED_DIM by default), written by the library's own
 `vector_build.write_build` and searched through `VectorIndex` (the object `imgtxt search` uses), its build time
 (wall and CPU) and size on disk recorded. Every (trees, search_k, candidates) of the grid, the shipped one
 (trees_for(size), search_k, candidates) and the --baseline (the earlier default) are then searched with all
@@ -41,19 +42,19 @@ def pct(values: list[float], q: float) -> float:
     return float(np.percentile(values, q))
 
 
-def build(folder: Path, library: np.ndarray, trees: int):
+def build(folder: Path, library: np.ndarray, trees: int, projected: int):
     from imgtxt.library import vector_build, vector_index
 
     n = len(library)
-    saved = vector_index.N_TREES
-    vector_index.N_TREES = trees
+    saved = vector_index.N_TREES, vector_index.PROJECTED_DIM
+    vector_index.N_TREES, vector_index.PROJECTED_DIM = trees, projected
     chunks = ((np.arange(s, min(s + 65536, n)) + 1, library[s:s + 65536]) for s in range(0, n, 65536))
     try:
-        record, wall, cpu = timed(lambda: vector_build.write_build(folder, f"trees-{trees}", chunks, "bench",
-                                                                   library.shape[1], n, kind="annoy-pca"))
+        record, wall, cpu = timed(lambda: vector_build.write_build(folder, f"trees-{trees}-{projected}", chunks,
+                                                                   "bench", library.shape[1], n, kind="annoy-pca"))
     finally:
-        vector_index.N_TREES = saved
-    assert record.trees == trees
+        vector_index.N_TREES, vector_index.PROJECTED_DIM = saved
+    assert record.trees == trees and record.projected == min(projected, library.shape[1])
     disk = record.ann_bytes + vector_index.projection_bytes(record.dim, record.projected)
     return vector_index.VectorIndex(folder, record), {"build_s": wall, "build_cpu_s": cpu, "ann_bytes": disk,
                                                       "vec_bytes": record.bytes}
@@ -87,9 +88,11 @@ def main() -> None:
     ap.add_argument("--trees", default="10,20,30,40")
     ap.add_argument("--search-k", default="10000,15000,20000,30000")
     ap.add_argument("--candidates", default="300", help="candidates rescored on the full vectors, comma-separated")
+    ap.add_argument("--projected", default="", help="PCA widths of Annoy's items, comma-separated (default: the "
+                    "shipped PROJECTED_DIM)")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--baseline", default="10,30000,300", help="trees,search_k,rescored the ratios are to (the "
-                    "earlier default)")
+    ap.add_argument("--baseline", default="10,30000,300", help="trees,search_k,rescored[,projected] the ratios are "
+                    "to (the earlier default; projected: PROJECTED_DIM when left out)")
     ap.add_argument("--queries", type=int, default=300, help="caption queries (plus a third as many photo queries)")
     ap.add_argument("--want", type=int, default=10, help="results per search; recall@want (default 10)")
     ap.add_argument("--json", action="store_true")
@@ -100,10 +103,12 @@ def main() -> None:
     from imgtxt.library import vector_index
 
     base = tuple(int(v) for v in args.baseline.split(","))
+    base = base if len(base) == 4 else (*base, vector_index.PROJECTED_DIM)
     want = args.want
-    shipped = (vector_index.trees_for(args.size), vector_index.search_k(want, args.size), vector_index.CANDIDATES)
-    grid = itertools.product(*([int(v) for v in s.split(",") if v] for s in (args.trees, args.search_k,
-                                                                               args.candidates)))
+    shipped = (vector_index.trees_for(args.size), vector_index.search_k(want, args.size), vector_index.CANDIDATES,
+               vector_index.PROJECTED_DIM)
+    grid = itertools.product(*([int(v) for v in s.split(",") if v] or [vector_index.PROJECTED_DIM]
+                               for s in (args.trees, args.search_k, args.candidates, args.projected)))
     settings = [base, *sorted({shipped, *grid} - {base})]
     print(f"load average before: {os.getloadavg()[0]:.2f}; {os.cpu_count()} CPU cores", file=sys.stderr)
 
@@ -120,8 +125,8 @@ def main() -> None:
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     try:
-        built = {t: build(folder, library, t) for t in sorted({s[0] for s in settings})}
-        searches = {s: searcher(built[s[0]][0], s[1], s[2], want) for s in settings}
+        built = {(t, p): build(folder, library, t, p) for t, p in sorted({(s[0], s[3]) for s in settings})}
+        searches = {s: searcher(built[s[0], s[3]][0], s[1], s[2], want) for s in settings}
         for search in searches.values():
             search(queries[0])   # pages mapped
         wall = {s: [] for s in settings}
@@ -140,12 +145,14 @@ def main() -> None:
         rows = []
         for s in settings:
             recall = np.mean([len(set(g[:want]) & set(t.tolist())) / want for g, t in zip(found[s], truth)])
-            rows.append({"size": n, "trees": s[0], "search_k": s[1], "rescored": s[2], "shipped": s == shipped,
+            rows.append({"size": n, "trees": s[0], "search_k": s[1], "rescored": s[2], "projected": s[3],
+                         "shipped": s == shipped,
                          "baseline": s == base, "want": want,
                          "recall_at_10" if want == 10 else f"recall_at_{want}": round(float(recall), 4),
-                         "distinct_candidates": round(distinct_candidates(built[s[0]][0], queries[:100], s[1])),
+                         "distinct_candidates": round(distinct_candidates(built[s[0], s[3]][0], queries[:100],
+                                                                          s[1])),
                          "p50_ms": pct(wall[s], 50), "p90_ms": pct(wall[s], 90),
-                         "cpu_p50_ms": pct(cpu[s], 50), "cpu_p90_ms": pct(cpu[s], 90), **built[s[0]][1]})
+                         "cpu_p50_ms": pct(cpu[s], 50), "cpu_p90_ms": pct(cpu[s], 90), **built[s[0], s[3]][1]})
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     base = rows[0]   # the baseline's
@@ -154,7 +161,8 @@ def main() -> None:
         if args.json:
             print(json.dumps(r), flush=True)
             continue
-        print(f"{r['trees']:>3} trees, search_k {r['search_k']:>6,}, best {r['rescored']:>3} rescored: "
+        print(f"{r['trees']:>3} trees, PCA {r['projected']:>3}, search_k {r['search_k']:>6,}, best {r['rescored']:>3} "
+              f"rescored: "
               f"recall@{want} {r['recall_at_10' if want == 10 else f'recall_at_{want}']:.3f}  "
               f"{r['distinct_candidates']:>6,} distinct candidates  "
               f"p50/p90 {r['p50_ms']:.2f}/{r['p90_ms']:.2f} ms wall ({r['p50_ms'] / base['p50_ms']:.2f}x/"
