@@ -147,3 +147,20 @@ def test_a_graph_that_fails_to_run_hands_the_query_back_to_numpy(text):
     np.testing.assert_allclose(text.encode([tokens]), expected, atol=1e-5)   # answered, by numpy
     assert text.query_graph.failure.startswith("Exception from") and text.query_graph.compiled is None
     np.testing.assert_allclose(text.encode([tokens]), expected, atol=1e-5)   # and numpy from then on
+
+
+@pytest.mark.parametrize("head", ["linear", "mlp"])
+def test_the_graph_runs_either_head_from_float32_weights(tmp_path, head):
+    # a small random MiniLM-kind encoder whose tensors are float32 (no int8 rows): the other way dense() reads them
+    from test_text_encoders import random_minilm
+
+    _, runtime = random_minilm(tmp_path, head=head)
+    graph = minilm_graph.QueryGraph(runtime.tensors, minilm.PREFIX, runtime.config, runtime.head)
+    graph.wait()
+    assert graph.failure is None
+    for sentence in SENTENCES:
+        tokens = runtime.tokenize(sentence)
+        states, sentence_vector, joint = graph.run(text_embeddings(runtime, tokens))
+        want_joint, want_sentence = numpy_only(runtime, lambda t=tokens: runtime.encode_with_sentence([t]))
+        assert np.abs(states - numpy_states(runtime, tokens)).max() < 1e-4
+        assert np.abs(sentence_vector - want_sentence).max() < 1e-5 and np.abs(joint - want_joint).max() < 1e-5
