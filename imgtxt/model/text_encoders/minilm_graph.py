@@ -81,8 +81,8 @@ def build(tensors, prefix: str, config: dict, head=None):
         length = ops.sqrt(ops.reduce_sum(ops.multiply(v, v), ops.constant(np.array([-1], np.int64)), True))
         return ops.divide(v, ops.maximum(length, ops.constant(np.float32(1e-12))))
 
-    def linear(v, dense, bias):
-        return ops.add(ops.matmul(v, stored(dense.matrix, dense.scale), False, True),
+    def linear(v, weight, bias):   # weight: a tensor_file.Dense of the head
+        return ops.add(ops.matmul(v, stored(weight.matrix, weight.scale), False, True),
                        ops.constant(np.asarray(bias, np.float32)))
 
     sentence = unit(ops.reduce_mean(x, ops.constant(np.array([1], np.int64)), False))
