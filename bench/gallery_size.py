@@ -4,6 +4,7 @@ of "captions find their photo less often in a mixed library": the gallery's size
 and the other kind's photos taking the places, which the score's corrections decide.
 
     python bench/gallery_size.py --data-dir ../shared/data/flickr8k [--model DIR] [--added 20,1171,5000] [--json]
+        [--other-photos DIR]
 
 Queries: Flickr8k val's 5,000 captions (each right for its own photo alone, as in bench/mixed_library.py) and
 its 150 phrases ("a black dog", right for every photo with a caption that contains it; an added Flickr8k train
@@ -12,6 +13,11 @@ set's 20 photos (bench/mixed_library.py's gallery); with N Flickr8k train photos
 order). Every score is the one `imgtxt search` gives (photos as an index stores them, the query gate on).
 Caveats, both printed: the train photos were trained on, so the model knows them well; and their own captions
 are in the caption bank that the hubness term measures photos against (every 4th), which pushes them down.
+
+--other-photos DIR: also a gallery with DIR's photos (scenes from another collection, never trained on; e.g. COCO
+training photos) beside one with as many Flickr8k train photos. Nothing labels them, so they count as wrong for
+every query, phrases included (a phrase may truly fit one: its row is a lower bound). Each such gallery also
+reports its intrusions: the share of caption queries whose 10 best photos hold one of the added photos.
 """
 from __future__ import annotations
 
@@ -53,6 +59,7 @@ def main() -> None:
     parser.add_argument("--model", type=Path, help="model folder (default: the shipped model)")
     parser.add_argument("--added", default="20,1171,5000", help="numbers of train photos to add, comma-separated")
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "imgtxt-mixed-library")
+    parser.add_argument("--other-photos", type=Path, help="a folder of photos of another collection to add")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     from imgtxt import paths
@@ -62,7 +69,11 @@ def main() -> None:
     from imgtxt.research.calibrate import embed_photos, split_vectors
     from imgtxt.research.datasets import load_split
 
-    added = sorted({int(n) for n in args.added.split(",")})
+    others = sorted(p for p in args.other_photos.iterdir() if p.suffix.lower() in (".jpg", ".jpeg", ".png")) \
+        if args.other_photos else []
+    if args.other_photos and not others:
+        raise SystemExit(f"gallery_size: no .jpg or .png photos in {args.other_photos}")
+    added = sorted({int(n) for n in args.added.split(",")} | ({len(others)} if others else set()))
     photos, queries = mixed_library.prepare(args.work, args.data_dir, "gallery_size")
     model = TrainedModel.load(args.model or paths.default_model_dir())
     val = load_split("flickr8k", args.data_dir, "val")
@@ -82,6 +93,7 @@ def main() -> None:
     val_scores = queries_vectors @ val_photos.T
     train_scores = queries_vectors @ train_photos.T
     object_scores = queries_vectors @ object_photos.T
+    other_scores = queries_vectors @ embed_photos(model, others, "other photos", quiet=True).T if others else None
     caption_right = [frozenset([i // 5]) for i in range(n_cap)]
     train_captions = train.captions[:5 * (added[-1] if added else 0)]
     phrase_right_train = [phrase_photos(p, train_captions) for p, _ in phrases]
@@ -93,20 +105,24 @@ def main() -> None:
         cap = ranks(scores[:n_cap], caption_right)
         phr = ranks(scores[n_cap:], [frozenset(r) | frozenset(n_val + j for j in e)
                                      for (_, r), e in zip(phrases, extra_right)])
-        rows.append({"gallery": name, "photos": scores.shape[1], "caption": recall(cap), "phrase": recall(phr)})
+        top10 = np.argpartition(-scores[:n_cap], 9, axis=1)[:, :10]
+        rows.append({"gallery": name, "photos": scores.shape[1], "caption": recall(cap), "phrase": recall(phr),
+                     "intrusions": round(100 * float(np.mean((top10 >= n_val).any(axis=1))), 1)})
 
     measure("val alone", val_scores[:, :0], [set()] * len(phrases))
     measure(f"val + {len(object_names)} object photos", object_scores, [set()] * len(phrases))
     for n in added:
         measure(f"val + {n} Flickr8k train photos", train_scores[:, :n],
                 [{j for j in r if j < n} for r in phrase_right_train])
+    if others:
+        measure(f"val + {len(others)} photos of {args.other_photos.name}", other_scores, [set()] * len(phrases))
     if args.json:
         print(json.dumps(rows, indent=1))
         return
-    print(f"{'gallery':<38}{'photos':>7}{'caption R@1/5/10':>22}{'phrase R@1/5/10':>22}")
+    print(f"{'gallery':<44}{'photos':>7}{'caption R@1/5/10':>22}{'phrase R@1/5/10':>22}{'intrusions':>12}")
     for r in rows:
-        print(f"{r['gallery']:<38}{r['photos']:>7}" + "".join(
-            f"{' / '.join(f'{v:.1f}' for v in r[k]):>22}" for k in ("caption", "phrase")))
+        print(f"{r['gallery']:<44}{r['photos']:>7}" + "".join(
+            f"{' / '.join(f'{v:.1f}' for v in r[k]):>22}" for k in ("caption", "phrase")) + f"{r['intrusions']:>11.1f}%")
     print("(train photos: trained on, and every 4th of their captions is in the hubness bank)")
 
 
