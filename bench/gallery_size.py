@@ -126,8 +126,8 @@ def main() -> None:
         return
     print(f"{'gallery':<44}{'photos':>7}{'caption R@1/5/10':>22}{'phrase R@1/5/10':>22}{'intrusions':>12}")
     for r in rows:
-        print(f"{r['gallery']:<44}{r['photos']:>7}" + "".join(
-            f"{' / '.join(f'{v:.1f}' for v in r[k]):>22}" for k in ("caption", "phrase")) + f"{r['intrusions']:>11.1f}%")
+        recalls = "".join(f"{' / '.join(f'{v:.1f}' for v in r[k]):>22}" for k in ("caption", "phrase"))
+        print(f"{r['gallery']:<44}{r['photos']:>7}{recalls}{r['intrusions']:>11.1f}%")
     print("(train photos: trained on, and every 4th of their captions is in the hubness bank)")
 
 
