@@ -238,6 +238,9 @@ def tune_caption_prior(model, dataset, data_dir, split, bias, dry_run, quiet):
               help="More queries for the benchmark: query<TAB>right photo files (comma-separated)<TAB>kind per line "
                    "(bench/mixed_library.py writes one for the everyday-object photos).")
 @click.option("--photos", "photos_dir", type=PathType, help="The folder of the photos that --queries names.")
+@click.option("--reference-photos", "more_reference", type=PathType,
+              help="Add this folder's photos to the reference photos (bench/mixed_library.py --caltech writes one: "
+                   "things Flickr8k never shows, so that a query for them is rated on the same scale).")
 @click.option("--strong-removed", type=click.FloatRange(0, 1), default=0.10, show_default=True,
               help="At most this share of any kind's queries whose right photos are removed get a strong top result.")
 @click.option("--possible-removed", type=click.FloatRange(0, 1), default=0.50, show_default=True,
@@ -251,12 +254,13 @@ def tune_caption_prior(model, dataset, data_dir, split, bias, dry_run, quiet):
               help="With --rank: divide score - baseline by 1 + this x the query's ConSE weight.")
 @click.option("--dry-run", is_flag=True, help="Print the figures; leave the model as it is.")
 @quiet_opt
-def calibrate_search(model, dataset, data_dir, split, queries_file, photos_dir, strong_removed, possible_removed,
-                     rank, concept_weight, concept_scale, dry_run, quiet):
+def calibrate_search(model, dataset, data_dir, split, queries_file, photos_dir, more_reference, strong_removed,
+                     possible_removed, rank, concept_weight, concept_scale, dry_run, quiet):
     """Fit the per-query confidence of search results.
 
     A result is measured by its score above the query's own baseline: its rank-th best score over reference photos
-    (the training split's, one in 6, stored with the model as query_reference.safetensors), raised for queries
+    (the training split's, one in 6, and the photos of --reference-photos, stored with the model as
+    query_reference.safetensors), raised for queries
     that lean on the ConSE part (and their margins scaled down); so levels mean the same for a caption, a short
     phrase and a thing's name. Fitted on a benchmark that mixes query kinds (the split's captions, short phrases
     from them, and the kinds of --queries), the baseline's form included, and written into MODEL/model.json
@@ -265,6 +269,7 @@ def calibrate_search(model, dataset, data_dir, split, queries_file, photos_dir, 
     MODEL is a model folder (default: $IMGTXT_MODEL, else the shipped model).
     """
     from imgtxt.model import search_confidence
+    from imgtxt.research import reference_photos
     from imgtxt.research import search_confidence_fit as fitting
 
     if strong_removed > possible_removed:
@@ -272,11 +277,16 @@ def calibrate_search(model, dataset, data_dir, split, queries_file, photos_dir, 
     if rank is None and (concept_weight or concept_scale):
         raise UsageError("--concept-weight and --concept-scale fix the form with --rank")
     form = None if rank is None else fitting.Form(rank, concept_weight, concept_scale)
+    if more_reference is not None:
+        try:
+            reference_photos.photo_files(more_reference)
+        except ValueError as e:
+            raise UsageError(f"--reference-photos {e}") from None
 
     def run(loaded, folder):
         if loaded.calibration is None:
             raise ValueError(f"{loaded.folder}: run `imgtxt calibrate` first (captions keep that calibration)")
-        reference = fitting.reference_vectors(loaded, dataset, folder, quiet)
+        reference = reference_photos.reference_vectors(loaded, dataset, folder, quiet, more_reference)
         bench = fitting.build(loaded, dataset, folder, reference, split, queries_file, photos_dir, quiet)
         fitted = fitting.fit(bench, None, strong_removed, possible_removed, form)
         return reference, bench, fitted
@@ -297,7 +307,7 @@ def calibrate_search(model, dataset, data_dir, split, queries_file, photos_dir, 
     click.echo(fitting.format_figures(held, "out of sample (half the queries of each kind fit, the other half measured):"))
     if not dry_run:
         fitted_on = {"dataset": dataset, "split": split, "photos": bench.photos,
-                     "reference": f"{dataset} train photos, one in {fitting.STRIDE}",
+                     "reference": reference_photos.describe(dataset, more_reference),
                      "queries": {k: bench.kinds.count(k) for k in dict.fromkeys(bench.kinds)},
                      "strong_removed_max": strong_removed, "possible_removed_max": possible_removed,
                      "form": "given" if form is not None else "chosen",

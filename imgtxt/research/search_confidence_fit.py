@@ -9,8 +9,8 @@ everyday-object dev set that bench/mixed_library.py copies), searched with
   - the kinds of a queries file (query, right photo files, kind: tab-separated), e.g. object names; a right
     photo is a file of the photos folder or one of the split's own photos (by file name).
 Each result is measured by (score - baseline) / scale: the baseline is the query's rank-th best score over
-reference photos (the training split's photos, one in STRIDE) plus concept_weight x c, the scale 1 +
-concept_scale x c, c being the weight of the query's ConSE part. The Form (rank from RANKS, concept_weight from
+reference photos (reference_photos.py: the training split's, one in 6, and maybe a folder of other photos) plus
+concept_weight x c, the scale 1 + concept_scale x c, c being the weight of the query's ConSE part. The Form (rank from RANKS, concept_weight from
 CONCEPT_WEIGHTS, concept_scale from CONCEPT_SCALES) is chosen on the benchmark's top results (choose_form): the one
 whose levels come closest to the targets for every kind. The logistic is then fitted on every query's top 10 results,
 each kind weighing the same (5,000 captions must not drown 36 object queries); `strong` is the lowest threshold
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import hashlib
 import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass
@@ -36,7 +35,6 @@ from .calibrate import _auc, embed_photos, score_above_share, split_vectors
 from .datasets import CAPTIONS_PER_IMAGE, load_split
 from .metrics import pessimistic_rank
 
-STRIDE = 6      # reference photos: one training photo in 6 (1,000 of Flickr8k's 6,000)
 RANK = 10       # the baseline before a form is chosen: the 10th best reference score (the top 1%)
 RANKS = (1, 3, 5, 10, 25, 50, 100)                      # the baseline's rank, chosen on the benchmark
 CONCEPT_WEIGHTS = tuple(round(0.005 * i, 3) for i in range(31))   # 0 .. 0.15 per unit of ConSE weight
@@ -128,27 +126,6 @@ def read_queries(path: Path | str) -> list[tuple[str, list[str], str]]:
     if not rows:
         raise ValueError(f"{path}: no queries in it")
     return rows
-
-
-def reference_vectors(model, dataset: str, data_dir: Path | str, quiet: bool = False) -> np.ndarray:
-    """(M, D) the reference photos' search vectors: the training split, one photo in STRIDE (cached)."""
-    from imgtxt.paths import cache_dir, writing
-
-    split = load_split(dataset, data_dir, "train")
-    paths = split.image_paths[::STRIDE]
-    digest = hashlib.sha256("\n".join(p.name for p in paths).encode()).hexdigest()[:12]
-    cache = cache_dir() / "calibration" / f"{model.model_id}-{dataset}-reference-{digest}.npy"
-    try:
-        vectors = np.load(cache)
-        if vectors.shape == (len(paths), model.vector_dim):
-            return vectors
-    except (OSError, ValueError):
-        pass
-    vectors = embed_photos(model, paths, f"{dataset} reference photos", quiet=quiet)
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    with writing(cache) as f:
-        np.save(f, vectors)
-    return vectors
 
 
 def build(model, dataset: str, data_dir: Path | str, reference: np.ndarray, split: str = "val",
