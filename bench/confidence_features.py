@@ -127,8 +127,8 @@ def main() -> None:
     per_query = of_model(model)
     if per_query is None:
         raise SystemExit("confidence_features: the model has no per-query search confidence (imgtxt calibrate-search)")
-    reference = fitting.reference_vectors(model, "flickr8k", args.data_dir, quiet=True)
-    bench = fitting.build(model, "flickr8k", args.data_dir, reference, "val", queries, photos, quiet=True)
+    # over the reference photos the model ships with, as its searches are rated
+    bench = fitting.build(model, "flickr8k", args.data_dir, per_query.reference, "val", queries, photos, quiet=True)
     bench = fitting.with_baseline(bench, fitting.Form(per_query.rank, per_query.concept_weight,
                                                       per_query.concept_scale))
     result = {"model_id": model.model_id, **measure(bench)}

@@ -2,17 +2,19 @@
 of query a person types, beside the same queries in their own domain's gallery; and what the confidence levels
 say there.
 
-    python bench/mixed_library.py --data-dir ../shared/data/flickr8k [--model DIR ...] [--work DIR] [--json]
-    python bench/mixed_library.py --data-dir ../shared/data/flickr8k --write-queries-only --work DIR
-        # the object queries file for calibrate-search
+    python bench/mixed_library.py --data-dir ../shared/data/flickr8k [--caltech DIR] [--model DIR ...] [--work DIR]
+    python bench/mixed_library.py --data-dir ../shared/data/flickr8k [--caltech DIR] --write-queries-only --work DIR
+        # the queries file (and with --caltech the reference photos) for calibrate-search
 
 The gallery: Flickr8k's 1,000 val photos and the 20 photos of the object dev set (bench/object_devset.py copies
-them from the packages that ship them; never a held-out set). The query kinds:
+them from the packages that ship them; never a held-out set); with --caltech, also 297 photos of 99 Caltech 101
+categories (bench/caltech_photos.py). The query kinds:
   caption   the 5,000 val captions, each right for its own photo;
   phrase    150 short phrases that open val captions ("a black dog"), right for every photo with a caption that
             contains the phrase;
-  object    the dev set's 36 queries typed as a person would ("a cup of coffee", "old coins");
-  photo-of  its 20 "a photo of a <name>" queries.
+  object    the dev set's 36 queries typed as a person would ("a cup of coffee", "old coins"), and with --caltech
+            a name for each category ("a pizza");
+  photo-of  the dev set's 20 "a photo of a <name>" queries, and with --caltech one for each category.
 An object query is also right for the Flickr8k val photos that show its subject (FLICKR_ALSO_RIGHT, checked by
 eye; FLICKR_RIGHT_BY_CAPTION for "a woman" and "an animal"): a city bus among the val photos is no miss.
 Every score is the one `imgtxt search` gives (photos through the model's CNN runtime at the index's float16, the
@@ -30,6 +32,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -38,6 +41,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import caltech_photos  # noqa: E402  (Caltech 101's photos and their queries)
 import object_devset  # noqa: E402  (the dev photos and their queries)
 
 KINDS_OWN = {"caption": "flickr8k", "phrase": "flickr8k", "object": "objects", "photo-of": "objects"}
@@ -94,29 +98,54 @@ def flickr_right(data_dir: str) -> dict[str, list[str]]:
     return out
 
 
-def write_queries(photos: Path, path: Path, data_dir: str) -> Path:
+def write_queries(photos: Path, path: Path, data_dir: str, caltech: dict[str, list[str]] | None = None) -> Path:
     """The object dev set's queries as a calibrate-search queries file (query, right files, kind); the right files
-    include the Flickr8k val photos that show the subject too (flickr_right)."""
+    include the Flickr8k val photos that show the subject too (flickr_right). With `caltech` (its gallery photos by
+    category, caltech_photos.copy), the Caltech photos that answer a dev query count as right too, and each
+    category adds its two queries."""
+    from imgtxt.research.datasets import CAPTIONS_PER_IMAGE, load_split
+
     files = {object_devset.photo_stem(p.name): p.name for p in photos.iterdir()
-             if p.suffix.lower() in (".png", ".jpg", ".jpeg")}
+             if p.suffix.lower() in (".png", ".jpg", ".jpeg") and p.name.startswith("devset-")}
     also = flickr_right(data_dir)
+    rows = []
+    for kind, queries in (("object", object_devset.QUERIES), ("photo-of", object_devset.PHOTO_OF_QUERIES)):
+        for query, right in queries:
+            names = sorted(files[s] for s in right) + also.get(query, [])
+            rows.append((query, names + (caltech_photos.dev_also(query, caltech) if caltech else []), kind))
+    if caltech:
+        split = load_split("flickr8k", data_dir, "val")
+        rows += caltech_photos.query_rows(caltech, split.captions, [p.name for p in split.image_paths],
+                                          CAPTIONS_PER_IMAGE)
     with open(path, "w", encoding="utf-8") as f:
-        for kind, queries in (("object", object_devset.QUERIES), ("photo-of", object_devset.PHOTO_OF_QUERIES)):
-            for query, right in queries:
-                names = sorted(files[s] for s in right) + also.get(query, [])
-                f.write(f"{query}\t{','.join(names)}\t{kind}\n")
+        f.writelines(f"{query}\t{','.join(names)}\t{kind}\n" for query, names, kind in rows)
     return path
 
 
-def prepare(work: Path, data_dir: str, script: str) -> tuple[Path, Path]:
-    """(the object photos' folder, the queries file) under `work`, made if needed; a one-line exit naming
-    `script` when the dev photos cannot be copied."""
+def prepare(work: Path, data_dir: str, script: str, caltech: Path | None = None) -> tuple[Path, Path]:
+    """(the benchmark's photos folder, the queries file) under `work`, made if needed; a one-line exit naming
+    `script` when the photos cannot be copied. With `caltech` (Caltech 101's 101_ObjectCategories folder), the
+    folder holds the dev photos (linked) and the Caltech gallery photos, and work/reference-photos the Caltech
+    reference photos (caltech_photos.py)."""
     try:
         photos = work / "photos" / "objects"
         object_devset.copy_photos(photos)
-        return photos, write_queries(photos, work / "object-queries.tsv", data_dir)
-    except object_devset.DevSetError as e:
+        if caltech is None:
+            return photos, write_queries(photos, work / "object-queries.tsv", data_dir)
+        mixed = work / "photos" / "objects-and-caltech"
+        mixed.mkdir(parents=True, exist_ok=True)
+        for dev in photos.glob("devset-*"):
+            if not (mixed / dev.name).exists():
+                os.symlink(dev.resolve(), mixed / dev.name)
+        names = caltech_photos.copy(caltech, mixed, reference_folder(work))
+        return mixed, write_queries(mixed, work / "caltech-queries.tsv", data_dir, names)
+    except (object_devset.DevSetError, caltech_photos.CaltechError) as e:
         raise SystemExit(f"{script}: {e}") from None
+
+
+def reference_folder(work: Path) -> Path:
+    """Where prepare() puts the Caltech reference photos (for calibrate-search --reference-photos)."""
+    return work / "caltech101-reference"
 
 
 def own_gallery(bench, flickr_photos: int):
@@ -164,14 +193,16 @@ def small_galleries(bench, calibration, size: int, seed: int = 0) -> dict:
 
 def rated_bench(model, data_dir: str, photos: Path, queries: Path):
     """(benchmark, calibration, what rates it): every query of the mixed library scored over its gallery, with
-    each query's baseline from the model's per-query search confidence (0 for a plain score calibration)."""
+    each query's baseline from the model's per-query search confidence over the reference photos it ships with (0
+    for a plain score calibration)."""
     from imgtxt.model.calibration import Calibration
     from imgtxt.model.search_confidence import of_model
     from imgtxt.research import search_confidence_fit as fitting
+    from imgtxt.research.reference_photos import reference_vectors
 
-    reference = fitting.reference_vectors(model, "flickr8k", data_dir, quiet=True)
-    bench = fitting.build(model, "flickr8k", data_dir, reference, "val", queries, photos, quiet=True)
     per_query = of_model(model)
+    reference = per_query.reference if per_query is not None else reference_vectors(model, "flickr8k", data_dir, True)
+    bench = fitting.build(model, "flickr8k", data_dir, reference, "val", queries, photos, quiet=True)
     if per_query is not None:
         form = fitting.Form(per_query.rank, per_query.concept_weight, per_query.concept_scale)
         return fitting.with_baseline(bench, form), per_query.calibration, "per-query search confidence"
@@ -224,6 +255,9 @@ def main() -> None:
     parser.add_argument("--model", action="append", type=Path, help="model folder; repeat to compare (default: shipped)")
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "imgtxt-mixed-library",
                         help="where the object photos and the queries file are kept between runs")
+    parser.add_argument("--caltech", type=Path,
+                        help="Caltech 101's 101_ObjectCategories folder: its photos join the gallery and the queries, "
+                             "and WORK/reference-photos gets its reference photos (caltech_photos.py)")
     parser.add_argument("--write-queries-only", action="store_true", help="copy the photos, write the queries file")
     parser.add_argument("--small", default="20,100",
                         help="also rate the levels in random galleries of these sizes (comma-separated; '' for none)")
@@ -232,11 +266,10 @@ def main() -> None:
     try:
         if not args.data_dir:
             raise object_devset.DevSetError("--data-dir is required (Flickr8k)")
-        photos = args.work / "photos" / "objects"
-        object_devset.copy_photos(photos)
-        queries = write_queries(photos, args.work / "object-queries.tsv", args.data_dir)
+        photos, queries = prepare(args.work, args.data_dir, "mixed_library", args.caltech)
         if args.write_queries_only:
-            print(f"{queries} (photos: {photos})")
+            more = f", reference photos: {reference_folder(args.work)}" if args.caltech else ""
+            print(f"{queries} (photos: {photos}{more})")
             return
         from imgtxt import paths
 
