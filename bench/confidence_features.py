@@ -112,6 +112,7 @@ def main() -> None:
     parser.add_argument("--data-dir", required=True, help="Flickr8k (train: reference photos; val: the gallery)")
     parser.add_argument("--model", type=Path, help="model folder (default: shipped)")
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "imgtxt-mixed-library")
+    mixed_library.add_caltech_option(parser)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     from imgtxt import paths
@@ -120,7 +121,7 @@ def main() -> None:
     from imgtxt.research import search_confidence_fit as fitting
 
     try:
-        photos, queries = mixed_library.prepare(args.work, args.data_dir, "confidence_features")
+        photos, queries = mixed_library.prepare(args.work, args.data_dir, "confidence_features", args.caltech)
     except object_devset.DevSetError as e:
         raise SystemExit(f"confidence_features: {e}") from None
     model = TrainedModel.load(args.model or paths.default_model_dir())

@@ -249,15 +249,20 @@ def print_result(r: dict) -> None:
                   f"{pct(f['removed_not_strong']):>21}")
 
 
+def add_caltech_option(parser) -> None:
+    """--caltech DIR for the benchmarks built on prepare()."""
+    parser.add_argument("--caltech", type=Path,
+                        help="Caltech 101's 101_ObjectCategories folder: its photos join the gallery and the queries, "
+                             "and WORK/caltech101-reference gets its reference photos (caltech_photos.py)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-dir", help="Flickr8k (train for the reference photos, val for the gallery)")
     parser.add_argument("--model", action="append", type=Path, help="model folder; repeat to compare (default: shipped)")
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "imgtxt-mixed-library",
                         help="where the object photos and the queries file are kept between runs")
-    parser.add_argument("--caltech", type=Path,
-                        help="Caltech 101's 101_ObjectCategories folder: its photos join the gallery and the queries, "
-                             "and WORK/reference-photos gets its reference photos (caltech_photos.py)")
+    add_caltech_option(parser)
     parser.add_argument("--write-queries-only", action="store_true", help="copy the photos, write the queries file")
     parser.add_argument("--small", default="20,100",
                         help="also rate the levels in random galleries of these sizes (comma-separated; '' for none)")

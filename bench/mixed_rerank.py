@@ -200,6 +200,7 @@ def main() -> None:
     parser.add_argument("--data-dir", required=True, help="Flickr8k (val: the gallery and the captions)")
     parser.add_argument("--model", type=Path, help="model folder (default: the shipped model)")
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "imgtxt-mixed-library")
+    mixed_library.add_caltech_option(parser)
     parser.add_argument("--top", type=int, default=100, help="candidates re-ranked per query")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="fold draws")
     parser.add_argument("--caption-weight", type=float, default=3.0, help="captions' weight in the logistic's fit")
@@ -207,7 +208,7 @@ def main() -> None:
     args = parser.parse_args()
     from imgtxt import paths
 
-    photos, queries = mixed_library.prepare(args.work, args.data_dir, "mixed_rerank")
+    photos, queries = mixed_library.prepare(args.work, args.data_dir, "mixed_rerank", args.caltech)
     parts, kinds, right, groups, flickr = load(args.model or paths.default_model_dir(), args.data_dir, photos, queries)
     cands = Candidates(parts, right, args.top)
     results = cross_validate(cands, kinds, groups, args.seeds, args.caption_weight)

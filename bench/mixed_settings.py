@@ -139,6 +139,7 @@ def main() -> None:
     parser.add_argument("--data-dir", required=True, help="Flickr8k (val: the gallery and the captions)")
     parser.add_argument("--model", type=Path, help="model folder (default: the shipped model)")
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "imgtxt-mixed-library")
+    mixed_library.add_caltech_option(parser)
     parser.add_argument("--gate-gains", action="store_true", help="vary the query gate's gain instead")
     parser.add_argument("--hub-banks", action="store_true", help="vary the bank the hubness offsets are measured against")
     parser.add_argument("--json", action="store_true")
@@ -146,7 +147,7 @@ def main() -> None:
     from imgtxt import paths
     from imgtxt.model.modelfile import TrainedModel
 
-    photos, queries = mixed_library.prepare(args.work, args.data_dir, "mixed_settings")
+    photos, queries = mixed_library.prepare(args.work, args.data_dir, "mixed_settings", args.caltech)
     model_dir = args.model or paths.default_model_dir()
     config = TrainedModel.load(model_dir).config
     parts, kinds, right, _, flickr, gallery, model = mixed_rerank.load(model_dir, args.data_dir, photos, queries,

@@ -71,12 +71,13 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--sheets", type=Path, help="write numbered contact sheets of the sampled photos here")
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "imgtxt-mixed-library")
+    mixed_library.add_caltech_option(parser)
     args = parser.parse_args()
     from imgtxt.model.modelfile import TrainedModel
     from imgtxt.research import search_confidence_fit as fitting
     from imgtxt.research.datasets import load_split
 
-    photos, queries = mixed_library.prepare(args.work, args.data_dir, "strong_by_eye")
+    photos, queries = mixed_library.prepare(args.work, args.data_dir, "strong_by_eye", args.caltech)
     model = TrainedModel.load(args.model)
     bench, calibration, rated_by = mixed_library.rated_bench(model, args.data_dir, photos, queries)
     if rated_by != "per-query search confidence":
