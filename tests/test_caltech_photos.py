@@ -96,6 +96,9 @@ def test_reference_photos_append_the_folder_in_name_order_and_are_cached(tmp_pat
     both = reference_photos.reference_vectors(model, "flickr8k", tmp_path, True, more)
     assert both[:, 0].tolist() == [0.0, 6.0, 3.0, 9.0]              # then the folder's photos, by name
     assert calls == [["t0.jpg", "t6.jpg"], ["m3.jpg", "m9.png"]]    # the training photos came from the cache
+    (more / "m3.jpg").write_bytes(b"another photo")                # same name, other photo: not the cached row
+    reference_photos.reference_vectors(model, "flickr8k", tmp_path, True, more)
+    assert calls[-1] == ["m3.jpg", "m9.png"] and len(calls) == 3
     assert reference_photos.describe("flickr8k", more) == "flickr8k train photos, one in 6, and 2 photos of more/"
     with pytest.raises(ValueError, match="holds no photos"):
         reference_photos.photo_files(tmp_path / "cache")

@@ -14,7 +14,6 @@
 """
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 import numpy as np
@@ -84,20 +83,10 @@ def class_name_rows(model, bank: list[str]) -> np.ndarray:
 
 def reference_photos(model, dataset: str, data_dir: Path | str, quiet: bool = False) -> np.ndarray:
     """Every REFERENCE_STRIDE-th train photo's vector at content width (cached per model and photo list)."""
-    from imgtxt.paths import cache_dir, private_dirs, writing
-
-    from .calibrate import embed_photos
+    from .reference_photos import embedded
 
     paths = load_split(dataset, data_dir, "train").image_paths[::REFERENCE_STRIDE]
-    digest = hashlib.sha256("\n".join(p.name for p in paths).encode("utf-8")).hexdigest()[:12]
-    cache = cache_dir() / "calibration" / f"{model.model_id}-{dataset}-reference-{digest}.npy"
-    try:
-        vectors = np.load(cache)
-    except (OSError, ValueError):
-        vectors = embed_photos(model, paths, f"{dataset} reference photos", quiet=quiet)
-        private_dirs(cache.parent)
-        with writing(cache, 0o600) as f:
-            np.save(f, vectors)
+    vectors = embedded(model, paths, f"{dataset}-reference", f"{dataset} reference photos", quiet)
     return np.ascontiguousarray(vectors[:, :model.content_dim], np.float32)
 
 

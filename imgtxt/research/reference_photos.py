@@ -33,11 +33,13 @@ def photo_files(folder: Path | str) -> list[Path]:
     return files
 
 
-def _cached(model, paths: list[Path], label: str, desc: str, quiet: bool) -> np.ndarray:
-    """embed_photos(paths), kept in the cache under the model's id and a digest of the file names."""
-    from imgtxt.paths import cache_dir, writing
+def embedded(model, paths: list[Path], label: str, desc: str, quiet: bool = False, key: str | None = None):
+    """(N, D) embed_photos(paths), cached under the model's id, `label` and a digest of `key` (default: the file
+    names, enough for a dataset's fixed photos)."""
+    from imgtxt.paths import cache_dir, private_dirs, writing
 
-    digest = hashlib.sha256("\n".join(p.name for p in paths).encode()).hexdigest()[:12]
+    key = "\n".join(p.name for p in paths) if key is None else key
+    digest = hashlib.sha256(key.encode("utf-8")).hexdigest()[:12]
     cache = cache_dir() / "calibration" / f"{model.model_id}-{label}-{digest}.npy"
     try:
         vectors = np.load(cache)
@@ -46,8 +48,8 @@ def _cached(model, paths: list[Path], label: str, desc: str, quiet: bool) -> np.
     except (OSError, ValueError):
         pass
     vectors = embed_photos(model, paths, desc, quiet=quiet)
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    with writing(cache) as f:
+    private_dirs(cache.parent)
+    with writing(cache, 0o600) as f:
         np.save(f, vectors)
     return vectors
 
@@ -57,11 +59,13 @@ def reference_vectors(model, dataset: str, data_dir: Path | str, quiet: bool = F
     """(M, D) the reference photos' search vectors: the training split, one photo in STRIDE, then the photos of
     the folder `more` (each set cached)."""
     paths = load_split(dataset, data_dir, "train").image_paths[::STRIDE]
-    vectors = _cached(model, paths, f"{dataset}-reference", f"{dataset} reference photos", quiet)
+    vectors = embedded(model, paths, f"{dataset}-reference", f"{dataset} reference photos", quiet)
     if more is None:
         return vectors
     files = photo_files(more)
-    return np.concatenate([vectors, _cached(model, files, "more-reference", "more reference photos", quiet)])
+    # any folder: the same names may hold other photos, so their sizes and times are part of the key
+    key = "\n".join(f"{f.name} {f.stat().st_size} {f.stat().st_mtime_ns}" for f in files)
+    return np.concatenate([vectors, embedded(model, files, "more-reference", "more reference photos", quiet, key)])
 
 
 def describe(dataset: str, more: Path | str | None = None) -> str:
