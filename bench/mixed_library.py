@@ -152,7 +152,7 @@ def own_gallery(bench, flickr_photos: int):
     """The same queries, each among its own domain's photos only (the others scored -inf)."""
     scores = np.array(bench.scores, copy=True)
     for row, kind in enumerate(bench.kinds):
-        if KINDS_OWN.get(kind) == "flickr8k":
+        if KINDS_OWN.get(kind.split()[0]) == "flickr8k":
             scores[row, flickr_photos:] = -np.inf
         else:
             scores[row, :flickr_photos] = -np.inf
@@ -211,13 +211,29 @@ def rated_bench(model, data_dir: str, photos: Path, queries: Path):
     return bench, model.calibration or Calibration(1.0, 0.0, 0.99, 0.5), "plain score calibration"
 
 
-def run(model_dir: Path, data_dir: str, photos: Path, queries: Path, small: tuple[int, ...] = ()) -> dict:
+def split_seen(bench, seen: list[str]):
+    """The Caltech category queries (the queries file's last rows, two per category) as kinds "object seen" /
+    "object unseen" (and photo-of), by whether the category's photos were trained on (caltech_training_set.py)."""
+    rows = [(q, kind) for q in caltech_photos.CATEGORIES for kind in ("object", "photo-of")]
+    kinds = list(bench.kinds)
+    start = len(kinds) - len(rows)
+    for i, (query, kind) in enumerate(rows):
+        if kinds[start + i] != kind:
+            raise object_devset.DevSetError("--seen needs the benchmark built with --caltech")
+        kinds[start + i] = f"{kind} {'seen' if query in seen else 'unseen'}"
+    return dataclasses.replace(bench, kinds=kinds)
+
+
+def run(model_dir: Path, data_dir: str, photos: Path, queries: Path, small: tuple[int, ...] = (),
+        seen: list[str] | None = None) -> dict:
     from imgtxt.model.modelfile import TrainedModel
     from imgtxt.research import search_confidence_fit as fitting
     from imgtxt.research.datasets import load_split
 
     model = TrainedModel.load(model_dir)
     bench, calibration, rated_by = rated_bench(model, data_dir, photos, queries)
+    if seen is not None:
+        bench = split_seen(bench, seen)
     flickr = len(load_split("flickr8k", data_dir, "val").image_paths)
     mixed = fitting.measure(calibration, bench)
     own = fitting.measure(calibration, own_gallery(bench, flickr))
@@ -228,7 +244,7 @@ def run(model_dir: Path, data_dir: str, photos: Path, queries: Path, small: tupl
 
 def print_result(r: dict) -> None:
     print(f"\n{r['model_id']} ({r['rated_by']}); {r['photos']} photos")
-    print(f"{'kind':<10}{'queries':>8}{'R@1/5/10 mixed':>22}{'R@1/5/10 own':>22}{'strong right':>14}"
+    print(f"{'kind':<16}{'queries':>8}{'R@1/5/10 mixed':>22}{'R@1/5/10 own':>22}{'strong right':>14}"
           f"{'right strong':>14}{'right >= possible':>19}{'removed, not strong':>21}")
 
     def recalls(f):
@@ -238,13 +254,13 @@ def print_result(r: dict) -> None:
         return "-" if v is None else f"{v:.1f}"
 
     for kind, f in r["mixed"].items():
-        print(f"{kind:<10}{f['queries']:>8}{recalls(f):>22}{recalls(r['own'][kind]):>22}"
+        print(f"{kind:<16}{f['queries']:>8}{recalls(f):>22}{recalls(r['own'][kind]):>22}"
               f"{pct(f['strong_right']):>14}{pct(f['right_strong']):>14}{pct(f['right_possible']):>19}"
               f"{pct(f['removed_not_strong']):>21}")
     for size, figures in r["small"].items():
         print(f"in random galleries of {size} photos:")
         for kind, f in figures.items():
-            print(f"{kind:<10}{f['queries']:>8}{'R@1 ' + pct(f['r1']):>22}{'':>22}"
+            print(f"{kind:<16}{f['queries']:>8}{'R@1 ' + pct(f['r1']):>22}{'':>22}"
                   f"{pct(f['strong_right']):>14}{pct(f['right_strong']):>14}{pct(f['right_possible']):>19}"
                   f"{pct(f['removed_not_strong']):>21}")
 
@@ -266,6 +282,9 @@ def main() -> None:
     parser.add_argument("--write-queries-only", action="store_true", help="copy the photos, write the queries file")
     parser.add_argument("--small", default="20,100",
                         help="also rate the levels in random galleries of these sizes (comma-separated; '' for none)")
+    parser.add_argument("--seen", choices=("half", "all"),
+                        help="with --caltech: report the categories whose photos a model was trained on "
+                             "(bench/caltech_training_set.py --categories) apart from the others")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     try:
@@ -284,7 +303,14 @@ def main() -> None:
             raise object_devset.DevSetError(f"--small takes gallery sizes such as 20,100, not {args.small!r}") from None
         if any(n < 2 for n in small):
             raise object_devset.DevSetError("--small: a gallery needs at least 2 photos")
-        results = [run(m, args.data_dir, photos, queries, small) for m in (args.model or [paths.default_model_dir()])]
+        if args.seen and not args.caltech:
+            raise object_devset.DevSetError("--seen needs --caltech")
+        seen = None
+        if args.seen:
+            import caltech_training_set
+
+            seen = caltech_training_set.seen_categories(args.seen)
+        results = [run(m, args.data_dir, photos, queries, small, seen) for m in (args.model or [paths.default_model_dir()])]
     except object_devset.DevSetError as e:
         raise SystemExit(f"mixed_library: {e}") from None
     if args.json:

@@ -4,6 +4,7 @@ reference photos the model ships with."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -136,3 +137,50 @@ def test_the_benchmark_rates_over_the_reference_photos_the_model_ships(monkeypat
     bench, calibration, rated_by = mixed_library.rated_bench(model, "data", Path("p"), Path("q"))
     assert seen["reference"] is shipped and calibration is per_query.calibration
     assert rated_by == "per-query search confidence" and bench.baselines.tolist() == [1.0]
+
+
+def test_the_training_set_adds_other_photos_of_half_the_categories(tmp_path):
+    import json
+
+    from imgtxt.research.datasets import load_split
+
+    training_set = load_bench("caltech_training_set")
+    root = fake_caltech(tmp_path / "101_ObjectCategories", photos=9)
+    flickr = tmp_path / "flickr8k"
+    (flickr / "images").mkdir(parents=True)
+    entries = []
+    for i, split in enumerate(["train", "train", "val"]):
+        Image.new("RGB", (8, 8)).save(flickr / "images" / f"{i}.jpg")
+        entries.append({"filename": f"{i}.jpg", "split": split, "sentences": [{"raw": f"a dog {j}"} for j in range(5)]})
+    (flickr / "dataset_flickr8k.json").write_text(json.dumps({"images": entries}))
+    summary = training_set.build(flickr, root, tmp_path / "out", per_category=2)
+    seen = list(caltech.CATEGORIES)[::2]
+    assert training_set.seen_categories("half") == seen and "a panda" not in seen and "a pagoda" in seen
+    folders = [f for q in seen for f in caltech.CATEGORIES[q][0]]
+    assert summary == {"caltech_photos": 2 * len(folders), "categories": len(seen), "flickr8k_train": 2}
+    train = load_split("flickr8k", tmp_path / "out", "train")
+    # photos 7 and 8 of each seen folder: the benchmark's first six are never trained on
+    pagoda = [p for p in train.image_paths if p.parent.name == "pagoda"]
+    assert [p.name for p in pagoda] == ["image_0007.jpg", "image_0008.jpg"]
+    assert not any(p.parent.name == "panda" for p in train.image_paths)
+    i = train.image_paths.index(pagoda[0])
+    assert train.captions[5 * i:5 * i + 2] == ["a pagoda.", "a photo of a pagoda."]
+    assert train.groups[:2] == ["", ""] and train.groups[i] == train.groups[i + 1] == "caltech:a pagoda"
+    assert len(load_split("flickr8k", tmp_path / "out", "val")) == 1     # val untouched
+
+
+def test_the_benchmark_can_tell_trained_categories_from_the_others():
+    rows = len(caltech.CATEGORIES)
+    kinds = ["caption", "object"] + ["object", "photo-of"] * rows
+
+    @dataclasses.dataclass
+    class Bench:
+        kinds: list
+
+    split = mixed_library.split_seen(Bench(kinds), ["an accordion", "an anchor"])
+    assert split.kinds[:6] == ["caption", "object", "object seen", "photo-of seen", "object unseen",
+                               "photo-of unseen"]
+    assert split.kinds[6:8] == ["object seen", "photo-of seen"]          # an anchor, the third category
+    assert split.kinds.count("object unseen") == rows - 2
+    with pytest.raises(mixed_library.object_devset.DevSetError, match="--caltech"):
+        mixed_library.split_seen(Bench(["caption"] * (2 * rows)), [])

@@ -2,7 +2,8 @@
 
 A dataset directory holds `dataset_<name>.json` and the images. The JSON lists every image with
 its `split` ("train", "val", "test", and for COCO "restval", which joins train as in VSE++) and
-five or more `sentences`. Images are looked up in the folder the standard distributions use
+five or more `sentences`; an image may also name a `group` (images of one group, such as photos of one object
+category captioned alike, are never each other's negatives in training). Images are looked up in the folder the standard distributions use
 (`Flicker8k_Dataset/`, `flickr30k-images/`, COCO's `filepath` such as `val2014/`) or in `images/`.
 """
 from __future__ import annotations
@@ -54,6 +55,7 @@ class Split:
     name: str
     image_paths: list[Path]
     captions: list[str]  # len == 5 * len(image_paths); captions[5*i:5*i+5] belong to image i
+    groups: list[str] | None = None  # per image: its `group`, or "" for an image of its own; None when no image has one
 
     def __len__(self) -> int:
         return len(self.image_paths)
@@ -96,6 +98,7 @@ def load_split(dataset: str, data_dir: Path | str, split: str, check_images: boo
     wanted = {"train": ("train", "restval")}.get(split, (split,))
     image_paths: list[Path] = []
     captions: list[str] = []
+    groups: list[str] = []
     for entry in entries:
         if not isinstance(entry, dict) or entry.get("split") not in wanted:
             continue
@@ -106,6 +109,7 @@ def load_split(dataset: str, data_dir: Path | str, split: str, check_images: boo
                 f"every image needs at least {CAPTIONS_PER_IMAGE} and a filename"
             )
         image_paths.append(_resolve_image(data_dir, dataset, entry))
+        groups.append(str(entry.get("group") or ""))
         # Some COCO images have 6-7 captions; the standard protocol keeps the first five.
         captions.extend(s["raw"] for s in sentences[:CAPTIONS_PER_IMAGE])
     if not image_paths:
@@ -116,7 +120,7 @@ def load_split(dataset: str, data_dir: Path | str, split: str, check_images: boo
         if missing:
             raise DatasetError(f"{len(missing)} of {len(image_paths)} {split} images are missing, e.g. {missing[0]}; "
                                f"{what_it_holds(dataset)}")
-    return Split(dataset, split, image_paths, captions)
+    return Split(dataset, split, image_paths, captions, groups if any(groups) else None)
 
 
 def restval_mask(dataset: str, data_dir: Path | str) -> list[bool]:

@@ -78,6 +78,14 @@ def without_restval(split: Split, raw: np.ndarray, data_dir: Path | str) -> tupl
     return Split(split.dataset, split.name, [split.image_paths[i] for i in keep], captions), np.asarray(raw)[keep]
 
 
+def group_ids(groups: list[str] | None) -> np.ndarray | None:
+    """Per image, an id shared by the images of one named group; an image without a group gets its own."""
+    if groups is None:
+        return None
+    keys = [g if g else f"\0{i}" for i, g in enumerate(groups)]
+    return np.unique(np.array(keys, dtype=object), return_inverse=True)[1].astype(np.int64)
+
+
 def build_training_data(dataset: str, data_dir: Path | str, kind: str, settings: FeatureSettings,
                         min_count: int = 2, quiet: bool = False, max_words: int | None = None,
                         vocab_from: str = "train", coco_train: str = "restval", text_kind: str = "gru",
@@ -113,6 +121,7 @@ def build_training_data(dataset: str, data_dir: Path | str, kind: str, settings:
         vocab, setup = None, text_encoders.prepare(text_kind, vocab_captions, options)
         tokenize = setup.tokenize
     return TrainData(
+        train_groups=group_ids(train_split.groups),
         train_features=model_inputs(kind, raw_train, stats, extractor.baseline_slice),
         train_tokens=[tokenize(c) for c in train_split.captions],
         val_features=model_inputs(kind, raw_val, stats, extractor.baseline_slice),

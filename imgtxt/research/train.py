@@ -64,6 +64,7 @@ class TrainData:
     extra: dict = field(default_factory=dict)
     text_setup: TextSetup | None = None   # the text encoder's kind; None = a GRU over `vocab`
     int8: tuple[str, ...] = ()      # tensors stored int8 (per-row scales) in the saved model
+    train_groups: np.ndarray | None = None  # (N,) group id per image: one group's images are never negatives
 
     def text_config(self, cfg: "TrainConfig") -> dict:
         if self.text_setup is not None:
@@ -264,8 +265,7 @@ def train(run_dir: Path | str, data: TrainData, cfg: TrainConfig, init_from: Pat
                 continue
             feats = torch.from_numpy(np.asarray(data.train_features[batch[:, 0]])).to(device)
             scores = model.similarity(model.image(feats), train_text.encode(batch[:, 1]))
-            # With five captions per epoch two captions of one image can share a batch: not negatives.
-            also_positive = same_image_mask(batch[:, 0]) if cfg.captions_per_image == "all" else None
+            also_positive = matching_pairs(batch[:, 0], data.train_groups, cfg.captions_per_image)
             # a kind's regulariser (RCN eq. 15), left by its forward pass
             loss = training_loss(scores, phase.loss, cfg, also_positive, getattr(model.text.encoder, "penalty", None))
             optimizer.zero_grad(set_to_none=True)
@@ -348,6 +348,15 @@ def training_loss(scores: torch.Tensor, loss_kind: str, cfg: TrainConfig, also_p
     else:
         loss = hinge_loss(scores, cfg.margin, loss_kind, also_positive)
     return loss if penalty is None else loss + penalty
+
+
+def matching_pairs(images: np.ndarray, groups: np.ndarray | None, captions_per_image: str):
+    """(B, B) mask of a batch's pairs that match although off the diagonal, or None: with five captions per
+    epoch two captions of one image can share a batch, and two images of one group (photos of one category,
+    captioned alike) match each other. Neither is used as a negative."""
+    if groups is not None:
+        return same_image_mask(groups[images])
+    return same_image_mask(images) if captions_per_image == "all" else None
 
 
 def epoch_pairs(rng: np.random.Generator, n_images: int, per_image: int, captions_per_image: str) -> np.ndarray:
