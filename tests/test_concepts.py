@@ -271,3 +271,11 @@ def test_captions_encoded_for_a_bridge_the_model_does_not_have_yet():
     got = bare.encode_text(captions, bridge=shipped.concepts)
     assert got.shape == (2, shipped.content_dim)
     np.testing.assert_allclose(got, shipped.encode_text(captions)[:, :shipped.content_dim], atol=1e-6)
+
+
+def test_the_bank_gets_the_class_lines_once_and_each_line_once():
+    from imgtxt.research.concepts_fit import bank_with_classes
+
+    bank = ["a dog runs.", "a photo of a cup.", "A photo of a tench.", "a photo of a cup.", "a dog runs."]
+    assert bank_with_classes(bank, {"A photo of a tench."}, ["A photo of a goldfish.", "a photo of a cup."]) == \
+        ["a dog runs.", "a photo of a cup.", "A photo of a goldfish."]

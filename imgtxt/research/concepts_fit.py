@@ -81,6 +81,12 @@ def class_captions(lemmas: list[list[str]], definitions: list[str] | None = None
     return out
 
 
+def bank_with_classes(bank: list[str], old_class_lines: set[str], class_lines: list[str]) -> list[str]:
+    """The caption bank without any earlier class lines, then the class lines; each line once (a training set
+    that captions one category's photos alike repeats its lines hundreds of times)."""
+    return list(dict.fromkeys([c for c in bank if c not in old_class_lines] + class_lines))
+
+
 def model_class_captions(model: TrainedModel) -> list[str]:
     """The caption-bank lines add-concepts wrote for this model's classes (none without a ConSE bridge)."""
     section = model.config.get("concepts")
@@ -199,7 +205,7 @@ def add_concepts(model_dir: Path | str, out: Path | str, dataset: str, data_dir:
     files = {n: (model.folder / n).read_bytes() for n in ("vocab.json", "tokenizer.json")
              if (model.folder / n).is_file()}
     old = set(class_captions(lemmas)) | set(class_captions(lemmas, all_definitions))   # either kind, if any
-    bank = [c for c in model.caption_bank() if c not in old] + class_captions(lemmas, definitions)
+    bank = bank_with_classes(model.caption_bank(), old, class_captions(lemmas, definitions))
     save_model(out, stored, None, new, model.stats, bank, files=files, int8=int8, extra=tensors)
     log(f"chose weight {chosen_w} + {chosen_cw} x confidence -> {out}")
     return {"weight": chosen_w, "confidence_weight": chosen_cw, "table": rows}
