@@ -2,7 +2,7 @@
 of query a person types, beside the same queries in their own domain's gallery; and what the confidence levels
 say there.
 
-    python bench/mixed_library.py --data-dir ../shared/data/flickr8k [--caltech DIR] [--model DIR ...] [--work DIR]
+    python bench/mixed_library.py --data-dir ../shared/data/flickr8k [--caltech DIR [--seen half]] [--model DIR ...] [--work DIR]
     python bench/mixed_library.py --data-dir ../shared/data/flickr8k [--caltech DIR] --write-queries-only --work DIR
         # the queries file (and with --caltech the reference photos) for calibrate-search
 
