@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from caltech_photos import CATEGORIES, GALLERY, REFERENCE, folders, photos_of  # noqa: E402
+from caltech_photos import CATEGORIES, GALLERY, REFERENCE, CaltechError, folders, photos_of  # noqa: E402
 
 TEMPLATES = ("{}.", "a photo of {}.", "a picture of {}.", "a close-up photo of {}.", "an image of {}.")
 
@@ -77,7 +77,11 @@ def main() -> None:
     ap.add_argument("--per-category", type=int, default=16, help="photos per Caltech folder (default 16)")
     ap.add_argument("--categories", choices=("half", "all"), default="half")
     args = ap.parse_args()
-    print(json.dumps(build(args.data_dir, args.caltech, args.out, args.per_category, args.categories)))
+    try:
+        summary = build(args.data_dir, args.caltech, args.out, args.per_category, args.categories)
+    except (CaltechError, OSError, ValueError) as e:   # a missing folder or file, a damaged dataset file
+        raise SystemExit(f"caltech_training_set: {e}") from None
+    print(json.dumps(summary))
 
 
 if __name__ == "__main__":

@@ -310,7 +310,8 @@ def main() -> None:
             import caltech_training_set
 
             seen = caltech_training_set.seen_categories(args.seen)
-        results = [run(m, args.data_dir, photos, queries, small, seen) for m in (args.model or [paths.default_model_dir()])]
+        models = args.model or [paths.default_model_dir()]
+        results = [run(m, args.data_dir, photos, queries, small, seen) for m in models]
     except object_devset.DevSetError as e:
         raise SystemExit(f"mixed_library: {e}") from None
     if args.json:

@@ -66,3 +66,15 @@ def test_training_passes_the_groups_to_the_loss(tmp_path, monkeypatch):
     # one caption per image, all in one batch: each row matches exactly the 8 images of its group
     assert len(masks) == 1 and masks[0].dtype == torch.bool
     assert masks[0].sum(dim=1).tolist() == [8] * n and (masks[0] == masks[0].t()).all()
+
+
+def test_coco_without_restval_keeps_each_images_group(tmp_path):
+    from imgtxt.research.pipeline import without_restval
+
+    folder = _dataset(tmp_path / "c", ["cup", None, "cup"])
+    doc = json.loads((folder / "dataset_flickr8k.json").read_text())
+    doc["images"][1]["split"] = "restval"
+    (folder / "dataset_coco.json").write_text(json.dumps(doc))
+    split = load_split("coco", folder, "train")
+    kept, raw = without_restval(split, np.arange(3)[:, None], folder)
+    assert kept.groups == ["cup", "cup"] and raw[:, 0].tolist() == [0, 2]

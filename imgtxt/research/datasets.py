@@ -3,8 +3,8 @@
 A dataset directory holds `dataset_<name>.json` and the images. The JSON lists every image with
 its `split` ("train", "val", "test", and for COCO "restval", which joins train as in VSE++) and
 five or more `sentences`; an image may also name a `group` (images of one group, such as photos of one object
-category captioned alike, are never each other's negatives in training). Images are looked up in the folder the standard distributions use
-(`Flicker8k_Dataset/`, `flickr30k-images/`, COCO's `filepath` such as `val2014/`) or in `images/`.
+category captioned alike, are never each other's negatives in training). Images are looked up in the folder
+the standard distributions use (`Flicker8k_Dataset/`, `flickr30k-images/`, COCO's `filepath` such as `val2014/`) or in `images/`.
 """
 from __future__ import annotations
 

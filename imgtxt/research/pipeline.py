@@ -75,7 +75,9 @@ def without_restval(split: Split, raw: np.ndarray, data_dir: Path | str) -> tupl
 
     keep = np.flatnonzero(~np.array(restval_mask(split.dataset, data_dir), dtype=bool))
     captions = [split.captions[CAPTIONS_PER_IMAGE * i + j] for i in keep for j in range(CAPTIONS_PER_IMAGE)]
-    return Split(split.dataset, split.name, [split.image_paths[i] for i in keep], captions), np.asarray(raw)[keep]
+    groups = None if split.groups is None else [split.groups[i] for i in keep]
+    return (Split(split.dataset, split.name, [split.image_paths[i] for i in keep], captions, groups),
+            np.asarray(raw)[keep])
 
 
 def group_ids(groups: list[str] | None) -> np.ndarray | None:
