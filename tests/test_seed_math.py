@@ -355,6 +355,25 @@ def test_average_best_keeps_the_best_epochs_and_averages_them(tmp_path, monkeypa
             assert averaged["averaged_epochs"] == [2, 3] and best["rsum"] == 40.0
 
 
+def test_a_run_continued_past_its_end_averages_its_new_best_epochs(tmp_path, monkeypatch):
+    import dataclasses
+    import json
+
+    from imgtxt.research import train as train_module
+
+    real_validate = train_module.validate
+    run = tmp_path / "run"
+    # three epochs and their average, then two more epochs (the best two now 4 and 5) and their average
+    rsums = iter([10.0, 30.0, 20.0, 35.0, 40.0, 50.0, 60.0])
+    monkeypatch.setattr(train_module, "validate", lambda *a: {**real_validate(*a), "rsum": next(rsums)})
+    cfg = TrainConfig([Phase("sum", 1e-3)], embed_dim=16, batch_size=64, max_epochs=3, patience=9, average_best=2)
+    assert train_module.train(run, _bow_data(), cfg)["rsum"] == 35.0
+    assert json.loads((run / "averaged.json").read_text())["averaged_epochs"] == [2, 3]
+    best = train_module.train(run, _bow_data(), dataclasses.replace(cfg, max_epochs=5))
+    assert json.loads((run / "averaged.json").read_text())["averaged_epochs"] == [4, 5]
+    assert best["rsum"] == 60.0 and best["averaged_epochs"] == [4, 5]
+
+
 def test_a_pretrained_text_layer_trains_at_text_lr(tmp_path):
     import dataclasses
 

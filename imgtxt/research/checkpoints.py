@@ -3,6 +3,7 @@ every epoch), the kept epochs' snapshots (`--average-best`), and their offline a
 torch's safe loader (tensors and plain types only), so a planted file cannot run code."""
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -49,6 +50,17 @@ def safe_load(path: Path):
 
 def load_snapshots(run_dir: Path) -> list[dict]:
     return [safe_load(p) for p in sorted((run_dir / "snapshots").glob("*.pt"))]
+
+
+def average_is_current(run_dir: Path) -> bool:
+    """Whether run_dir/averaged.json averages the snapshots kept now: a run continued past an earlier end
+    (more --epochs) keeps other epochs, and its stale average must not stand for them."""
+    try:
+        averaged = json.loads((run_dir / "averaged.json").read_text())["averaged_epochs"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    kept = sorted(int(p.stem.split("-e")[-1]) for p in (run_dir / "snapshots").glob("*.pt"))
+    return sorted(averaged) == kept
 
 
 def trainable_state(model: JointModel) -> dict[str, torch.Tensor]:

@@ -28,6 +28,7 @@ from imgtxt.model.vocab import Vocabulary
 
 from .checkpoints import (
     atomic_torch_save,
+    average_is_current,
     keep_snapshot,
     load_snapshots,
     load_state,
@@ -299,7 +300,7 @@ def train(run_dir: Path | str, data: TrainData, cfg: TrainConfig, init_from: Pat
              f"val rsum {result['rsum']:6.1f} (best {best['rsum']:.1f} @ phase {best['phase']} epoch {best['epoch']})  "
              f"{per_epoch:.0f}s/epoch  ETA <= {_fmt_time(left * per_epoch)} (early stop: {cfg.patience - bad_epochs} "
              f"epochs of patience left)")
-    if cfg.average_best > 1 and not (run_dir / "averaged.json").is_file():
+    if cfg.average_best > 1 and not average_is_current(run_dir):
         best = _average_snapshots(model, data, cfg, run_dir, best, val_text)
     _log(f"done: best val rsum {best['rsum']:.1f} (phase {best['phase']} epoch {best['epoch']}) -> {best_dir}")
     return best
