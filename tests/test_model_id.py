@@ -17,7 +17,7 @@ from imgtxt.model import model_id as identity
 from imgtxt.model.modelfile import TrainedModel
 from imgtxt.paths import default_model_dir
 
-SHIPPED_ID = "fne-lite1-minilm-ft3-mlp-conse-3917dd46a4b1"   # the id every index of the shipped model records
+SHIPPED_ID = "fne-lite1-minilm-ft3-mlp-conse-caltech-9d5f18e150b1"   # the id every index of the shipped model records
 
 
 def shipped_config() -> dict:
@@ -72,7 +72,7 @@ def test_an_edited_copy_of_the_shipped_model_is_another_model(tmp_path, monkeypa
     edited = model_copy(default_model_dir(), tmp_path / "edited")
     edit_json(edited, lambda c: c["features"].update(crops=10))
     model = TrainedModel.load(edited)
-    assert model.model_id.startswith("fne-lite1-minilm-ft3-mlp-conse-") and model.model_id != SHIPPED_ID
+    assert model.model_id.startswith("fne-lite1-minilm-ft3-mlp-conse-caltech-") and model.model_id != SHIPPED_ID
 
 
 def stored(library) -> dict:

@@ -298,7 +298,7 @@ def test_serve_checks_its_extra_before_loading_anything(monkeypatch):
 # its captions. Measured on a 2-core machine at load 3-4: `/` answered 0.5-0.7 s after the process started
 # (interpreter, imports, the index's status, binding the port), captions 1.2-1.9 s. A loaded machine (the suite's
 # other worker training, or load ~25) makes a cold process up to ~5x slower, so about 3.5 s and 9.5 s; the bounds
-# are about 3x that. They stay far below what embedding the 31,000-caption bank costs (minutes of CPU; most of an
+# are about 3x that. They stay far below what embedding the 31,305-caption bank costs (minutes of CPU; most of an
 # hour at load ~25): serve must never do that before it listens, and with the shipped model never at all (its
 # vectors ship with it), so either regression fails here.
 FIRST_ANSWER_S = 10.0
