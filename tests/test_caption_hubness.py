@@ -218,6 +218,66 @@ def test_the_photo_gate_fit_keeps_the_smallest_gain_with_the_best_recall():
     assert {r["i2t_sum"] for r in table} == {200.0} and gate["gain"] == 0.0
 
 
+def test_the_concept_scale_fit_keeps_the_largest_scale_val_does_not_veto():
+    """Two photos, joint dims 0-1, ConSE dims 2-3, s the scale. Photo 0's captions score 0.5 + 0.2 s with it and
+    0.6 is the best other: first at every s. Photo 1's own captions score 0.9, photo 0's 0.5 s with it: first
+    while s < 1.8, sixth at s = 2 (R@1 and R@5 lost). Every scale up to 1.6 ties with scale 1 and the largest is
+    kept (the best-recall rule would keep 1)."""
+    from imgtxt.research.caption_fit import fit_concept_scale
+
+    photos = np.array([[1, 0, 0.2, 0], [0, 1, 0, 0.5]], np.float32)
+    captions = np.array([[0.5, 0, 1, 1]] * 5 + [[0.6, 0.9, 0, 0]] * 5, np.float32)
+    scale, table = fit_concept_scale(photos, captions, np.zeros(10, np.float32), slice(2, 4))
+    assert [(r["scale"], r["i2t_sum"]) for r in table] == [(1.0, 300.0), (1.2, 300.0), (1.4, 300.0), (1.6, 300.0),
+                                                            (2.0, 200.0)]
+    assert scale == 1.6
+
+
+def test_caption_and_eval_scale_the_photos_concept_part(model_with_hubness):
+    """concept_scale 3 triples the ConSE part of the photo in `caption` and in eval's photo -> text recall."""
+    from imgtxt.library.query import caption
+    from imgtxt.model.modelfile import TrainedModel
+    from imgtxt.research.evaluate import search_and_caption_scores
+    from imgtxt.research.metrics import evaluate_scores
+
+    model, bank, offsets = model_with_hubness
+    path = model.folder / "model.json"
+    config = json.loads(path.read_text())
+    config["caption_hubness"]["concept_scale"] = 3.0
+    path.write_text(json.dumps(config))
+    model = TrainedModel.load(model.folder)
+    h, d = model.config["joint"]["embed_dim"], model.content_dim
+    vector = unit(np.random.default_rng(5).normal(size=(1, model.vector_dim)))[0]
+    text = model.encode_text(bank)
+    expected = text[:, :h] @ vector[:h] + 3 * text[:, h:d] @ vector[h:d] - 1.5 * np.maximum(offsets, 0)
+    hits = caption(model, vector, n=4)
+    assert [x.value for x in hits] == [bank[i] for i in np.argsort(-expected, kind="stable")]
+
+    rng = np.random.default_rng(6)
+    images = model.encode_raw_images(rng.normal(size=(3, model.features["raw_dim"])).astype(np.float32))
+    texts = [f"caption {i} of a photo" for i in range(15)]
+    captions = model.encode_text(texts)
+    tripled = images[:, :d].copy()
+    tripled[:, h:d] *= 3
+    penalties = model.caption_hubness(len(bank)).penalties(captions[:, :d])
+    got = search_and_caption_scores(model, images, texts, captions)
+    assert got["i2t"] == evaluate_scores(tripled @ captions[:, :d].T - penalties[None, :])["i2t"]
+
+
+@pytest.mark.parametrize("value", [0, -1.0, "x", float("nan")])
+def test_a_bad_concept_scale_is_named(model_with_hubness, value):
+    model, bank, _ = model_with_hubness
+    path = model.folder / "model.json"
+    config = json.loads(path.read_text())
+    config["caption_hubness"]["concept_scale"] = value
+    path.write_text(json.dumps(config))
+    from imgtxt.model.modelfile import TrainedModel
+
+    notices: list[str] = []
+    assert caption_offsets.load(TrainedModel.load(model.folder), len(bank), notices) is None
+    assert "concept_scale" in notices[0] and "\n" not in notices[0]
+
+
 def _with_photo_gate(model, gate):
     """model.json's caption_hubness with a photo gate, the stored file unchanged."""
     from imgtxt.model.modelfile import TrainedModel

@@ -168,7 +168,8 @@ def tune_captions(model, dataset, data_dir, split, dry_run, quiet):
     """Fit a model's caption hubness correction.
 
     Captions close to very many photos lose score in `imgtxt caption` and in eval's photo -> text recall; with a
-    ConSE bridge, a photo whose classifier sees one thing gets more say from it (the photo gate). Chosen on a
+    ConSE bridge, its share of a photo's caption scores (the concept scale, val only vetoing) and, where the
+    classifier sees one thing, more say from it (the photo gate). Chosen on a
     dataset split against reference photos from its train split; written into MODEL
     (caption_offsets.safetensors, model.json "caption_hubness"). Search and the model id are unchanged.
 
@@ -183,6 +184,8 @@ def tune_captions(model, dataset, data_dir, split, dry_run, quiet):
     for row in table:
         click.echo(f"caption hubness top_k {row['top_k']:>3} weight {row['weight']:.2f}: i2t {row['i2t']} "
                    f"sum {row['i2t_sum']:.2f}")
+    for row in section.get("fitted_on", {}).get("scale_table", []):
+        click.echo(f"concept scale {row['scale']:.2f}: i2t {row['i2t']} sum {row['i2t_sum']:.2f}")
     for row in section.get("fitted_on", {}).get("gate_table", []):
         click.echo(f"photo gate gain {row['gain']:.2f}: i2t {row['i2t']} sum {row['i2t_sum']:.2f}")
     click.echo(f"chosen: {json.dumps({k: v for k, v in section.items() if k != 'fitted_on'})}")

@@ -17,8 +17,13 @@ ConSE part, which is scaled by 1 + gain * clip((m - start) / span, 0, 1), m bein
 class-name vectors. `start` is the 90th percentile of m over the val photos (nine in ten photos are left as they
 were), `span` reaches m = 1. Photo -> caption only: search never sees it.
 
-model.json "caption_hubness": {"top_k", "weight", "center", "reference_stride", "photo_gate": {"start", "span",
-"gain"} (optional), "file", "sha256", "captions_sha256", "fitted_on"}; the file (caption_offsets.safetensors) holds "reference" (int8 rows, with
+**concept_scale** (optional, default 1): every photo's ConSE part is multiplied by it before the gate, in
+`caption` and eval's photo -> caption recall only. The bridge's weight is chosen for search on val's sentences;
+naming what a photo shows leans on the class-name captions, which val's candidates do not hold, so val may only
+veto a larger share for them (imgtxt/research/caption_fit.py).
+
+model.json "caption_hubness": {"top_k", "weight", "center", "reference_stride", "concept_scale" (optional),
+"photo_gate": {"start", "span", "gain"} (optional), "file", "sha256", "captions_sha256", "fitted_on"}; the file (caption_offsets.safetensors) holds "reference" (int8 rows, with
 "reference.scale") and "bank" (float32, one offset per caption of captions.txt).
 """
 from __future__ import annotations
@@ -50,6 +55,8 @@ def check_config(section) -> str | None:
                   for k in ("top_k", "reference_stride"))
     if not (ints_ok and number("weight", 0) and number("center")):
         return "caption_hubness needs positive integers top_k and reference_stride, a weight >= 0, a finite center"
+    if "concept_scale" in section and not (number("concept_scale") and section["concept_scale"] > 0):
+        return "caption_hubness.concept_scale must be a finite number > 0"
     gate = section.get("photo_gate")
     if gate is not None and not (isinstance(gate, dict) and all(
             isinstance(gate.get(k), (int, float)) and not isinstance(gate.get(k), bool) and bool(np.isfinite(gate[k]))
@@ -84,11 +91,15 @@ class CaptionHubness:
         self.conse, self.class_vectors = conse, class_vectors
 
     def gate_photos(self, photos: np.ndarray) -> np.ndarray:
-        """(N, D) photo vectors with the photo gate on their ConSE part (a copy; unchanged without a gate)."""
+        """(N, D) photo vectors with the concept scale and the photo gate on their ConSE part (a copy; unchanged
+        without them)."""
         gate = self.section.get("photo_gate")
         photos = np.array(photos, np.float32)
-        if gate and self.conse is not None:
-            photos[:, self.conse] *= photo_gate_scale(photos[:, self.conse], self.class_vectors, gate)[:, None]
+        if self.conse is not None:
+            factor = float(self.section.get("concept_scale", 1.0))
+            if gate:   # m is read on the part's direction: the scale does not move the gate
+                factor = factor * photo_gate_scale(photos[:, self.conse], self.class_vectors, gate)[:, None]
+            photos[:, self.conse] *= factor
         return photos
 
     def penalties(self, captions: np.ndarray) -> np.ndarray:
@@ -138,8 +149,11 @@ def load(model, bank_size: int, notices: list[str] | None = None) -> CaptionHubn
     refuse = refusal(notices, folder / FILE, "captions ranked without the hubness correction")
 
     reason = check_config(section)
-    if reason is None and "photo_gate" in section and model.concepts is None:
-        reason = "caption_hubness.photo_gate needs a ConSE bridge (concepts)"
+    if reason is None and model.concepts is None:
+        if "photo_gate" in section:
+            reason = "caption_hubness.photo_gate needs a ConSE bridge (concepts)"
+        elif section.get("concept_scale", 1.0) != 1.0:
+            reason = "caption_hubness.concept_scale needs a ConSE bridge (concepts)"
     if reason:
         return refuse(reason)
     try:

@@ -7,7 +7,11 @@
   captions; the best R@1+5+10 wins, the smaller weight on a tie;
 - the offsets of every caption-bank line are stored; the class-name lines that add-concepts appended carry the
   centre (no penalty: the reference photos do not show most of those kinds);
-- photo gate (models with a ConSE bridge): `start` is the 90th percentile of the split's photos' m (their ConSE
+- concept scale (models with a ConSE bridge): the factor on the photos' ConSE part for captions; the largest of
+  CONCEPT_SCALES whose photo -> text R@1+5+10 stays within GATE_TOLERANCE of the scale 1 (search's query-gate
+  rule): val's candidates are sentences, so val can veto a larger share for the class-name captions but never
+  ask for one;
+- photo gate (models with a ConSE bridge), on the scaled photos: `start` is the 90th percentile of the split's photos' m (their ConSE
   part's best cosine to the class names), `span` reaches m = 1; the gain of GATE_GAINS with the best photo ->
   text R@1+5+10 wins, the smaller gain on a tie. Val's captions speak of Flickr8k's world, so val mostly vetoes
   (the class-name captions it would favour are not in val's candidates).
@@ -23,13 +27,14 @@ from imgtxt.model.search_tuning import photo_offsets
 
 from .datasets import CAPTIONS_PER_IMAGE, load_split
 from .metrics import evaluate_scores
-from .search_fit import best_recall_smallest_weight
+from .search_fit import GATE_TOLERANCE, best_recall_smallest_weight
 
 REFERENCE_STRIDE = 2          # 3,000 of Flickr8k's 6,000 train photos: 4.2 MB stored as int8 rows
 TOP_KS = (5, 10, 20, 40)
 WEIGHTS = (0.0, 0.5, 0.75, 1.0, 1.5)
 GATE_PERCENTILE = 90
 GATE_GAINS = (0.0, 0.25, 0.5, 1.0, 2.0, 3.0)
+CONCEPT_SCALES = (1.0, 1.2, 1.4, 1.6, 2.0)
 
 
 def fit_caption_hubness(photos: np.ndarray, captions: np.ndarray, reference: np.ndarray) -> tuple[dict, list[dict]]:
@@ -49,6 +54,21 @@ def fit_caption_hubness(photos: np.ndarray, captions: np.ndarray, reference: np.
             rows.append({"top_k": k, "weight": w, "i2t": recalls, "i2t_sum": round(float(sum(recalls)), 2)})
     best = best_recall_smallest_weight(rows, "i2t_sum")
     return {"top_k": best["top_k"], "weight": best["weight"], "center": round(centers[best["top_k"]], 4)}, rows
+
+
+def fit_concept_scale(photos: np.ndarray, captions: np.ndarray, penalties: np.ndarray,
+                      conse: slice) -> tuple[float, list[dict]]:
+    """photos (N, D), captions (5N, D) at content width, penalties (5N,) the chosen hubness's.
+    -> (the largest scale whose R@1+5+10 is at least scale 1's minus GATE_TOLERANCE, the table)."""
+    rows = []
+    for scale in CONCEPT_SCALES:
+        scaled = photos.copy()
+        scaled[:, conse] *= scale
+        i2t = evaluate_scores(scaled @ captions.T - penalties[None, :], CAPTIONS_PER_IMAGE)["i2t"]
+        recalls = [round(float(i2t[x]), 1) for x in ("r1", "r5", "r10")]
+        rows.append({"scale": scale, "i2t": recalls, "i2t_sum": round(float(sum(recalls)), 2)})
+    floor = rows[0]["i2t_sum"] - GATE_TOLERANCE
+    return max(r["scale"] for r in rows if r["i2t_sum"] >= floor), rows
 
 
 def fit_photo_gate(photos: np.ndarray, captions: np.ndarray, penalties: np.ndarray, conse: slice,
@@ -111,10 +131,16 @@ def tune_captions(model, dataset: str, data_dir: Path | str, split: str = "val",
     fitted_on = {"dataset": dataset, "split": split, "reference": f"train photos, one in {REFERENCE_STRIDE}"}
     if model.concepts is not None:
         penalties = penalty(photo_offsets(captions, reference, chosen["top_k"]), chosen)
-        gate, gate_rows = fit_photo_gate(photos, captions, penalties,
-                                         slice(model.config["joint"]["embed_dim"], d), model.concepts.class_vectors)
+        conse = slice(model.config["joint"]["embed_dim"], d)
+        scale, scale_rows = fit_concept_scale(photos, captions, penalties, conse)
+        scaled = photos.copy()
+        scaled[:, conse] *= scale
+        gate, gate_rows = fit_photo_gate(scaled, captions, penalties, conse, model.concepts.class_vectors)
+        if scale != 1.0:
+            chosen["concept_scale"] = scale
         if gate["gain"] > 0:
             chosen["photo_gate"] = gate
+        fitted_on["scale_table"] = scale_rows
         fitted_on["gate_table"] = gate_rows
     offsets = photo_offsets(model.caption_bank_vectors(), reference, chosen["top_k"])
     offsets[class_name_rows(model, bank)] = chosen["center"]
