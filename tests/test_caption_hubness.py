@@ -233,75 +233,45 @@ def test_the_concept_scale_fit_keeps_the_largest_scale_val_does_not_veto():
     assert scale == 1.6
 
 
-def test_caption_and_eval_scale_the_photos_concept_part(model_with_hubness):
-    """concept_scale 3 triples the ConSE part of the photo in `caption` and in eval's photo -> text recall."""
-    from imgtxt.library.query import caption
-    from imgtxt.model.modelfile import TrainedModel
-    from imgtxt.research.evaluate import search_and_caption_scores
-    from imgtxt.research.metrics import evaluate_scores
-
-    model, bank, offsets = model_with_hubness
-    path = model.folder / "model.json"
-    config = json.loads(path.read_text())
-    config["caption_hubness"]["concept_scale"] = 3.0
-    path.write_text(json.dumps(config))
-    model = TrainedModel.load(model.folder)
-    h, d = model.config["joint"]["embed_dim"], model.content_dim
-    vector = unit(np.random.default_rng(5).normal(size=(1, model.vector_dim)))[0]
-    text = model.encode_text(bank)
-    expected = text[:, :h] @ vector[:h] + 3 * text[:, h:d] @ vector[h:d] - 1.5 * np.maximum(offsets, 0)
-    hits = caption(model, vector, n=4)
-    assert [x.value for x in hits] == [bank[i] for i in np.argsort(-expected, kind="stable")]
-
-    rng = np.random.default_rng(6)
-    images = model.encode_raw_images(rng.normal(size=(3, model.features["raw_dim"])).astype(np.float32))
-    texts = [f"caption {i} of a photo" for i in range(15)]
-    captions = model.encode_text(texts)
-    tripled = images[:, :d].copy()
-    tripled[:, h:d] *= 3
-    penalties = model.caption_hubness(len(bank)).penalties(captions[:, :d])
-    got = search_and_caption_scores(model, images, texts, captions)
-    assert got["i2t"] == evaluate_scores(tripled @ captions[:, :d].T - penalties[None, :])["i2t"]
-
-
 @pytest.mark.parametrize("value", [0, -1.0, "x", float("nan")])
 def test_a_bad_concept_scale_is_named(model_with_hubness, value):
     model, bank, _ = model_with_hubness
-    path = model.folder / "model.json"
-    config = json.loads(path.read_text())
-    config["caption_hubness"]["concept_scale"] = value
-    path.write_text(json.dumps(config))
-    from imgtxt.model.modelfile import TrainedModel
-
+    model = _with_caption_hubness(model, concept_scale=value)
     notices: list[str] = []
-    assert caption_offsets.load(TrainedModel.load(model.folder), len(bank), notices) is None
+    assert caption_offsets.load(model, len(bank), notices) is None
     assert "concept_scale" in notices[0] and "\n" not in notices[0]
 
 
-def _with_photo_gate(model, gate):
-    """model.json's caption_hubness with a photo gate, the stored file unchanged."""
+def _with_caption_hubness(model, **fields):
+    """model.json's caption_hubness with these fields added, the stored file unchanged."""
     from imgtxt.model.modelfile import TrainedModel
 
     path = model.folder / "model.json"
     config = json.loads(path.read_text())
-    config["caption_hubness"]["photo_gate"] = gate
+    config["caption_hubness"].update(fields)
     path.write_text(json.dumps(config))
     return TrainedModel.load(model.folder)
 
 
-def test_caption_and_eval_score_the_gated_photo(model_with_hubness):
-    """A gate whose start every photo passes doubles the ConSE part (gain 1) in `caption` and in eval's photo ->
-    text recall; text -> photo recall is untouched."""
+EVERY_PHOTO_GATED = {"start": -2.0, "span": 0.5, "gain": 1.0}   # a start every photo passes: x 2
+
+
+@pytest.mark.parametrize("fields, factor", [({"photo_gate": EVERY_PHOTO_GATED}, 2.0),
+                                            ({"concept_scale": 3.0}, 3.0),
+                                            ({"concept_scale": 1.5, "photo_gate": EVERY_PHOTO_GATED}, 3.0)])
+def test_caption_and_eval_score_the_scaled_and_gated_photo(model_with_hubness, fields, factor):
+    """The concept scale and a gate whose start every photo passes (gain 1: x 2) multiply the photo's ConSE part
+    in `caption` and in eval's photo -> text recall; text -> photo recall is untouched."""
     from imgtxt.library.query import caption
     from imgtxt.research.evaluate import search_and_caption_scores
     from imgtxt.research.metrics import evaluate_scores
 
     model, bank, offsets = model_with_hubness
-    model = _with_photo_gate(model, {"start": -2.0, "span": 0.5, "gain": 1.0})
+    model = _with_caption_hubness(model, **fields)
     h, d = model.config["joint"]["embed_dim"], model.content_dim
     vector = unit(np.random.default_rng(3).normal(size=(1, model.vector_dim)))[0]
     text = model.encode_text(bank)
-    expected = text[:, :h] @ vector[:h] + 2 * text[:, h:d] @ vector[h:d] - 1.5 * np.maximum(offsets, 0)
+    expected = text[:, :h] @ vector[:h] + factor * text[:, h:d] @ vector[h:d] - 1.5 * np.maximum(offsets, 0)
     hits = caption(model, vector, n=4)
     assert [x.value for x in hits] == [bank[i] for i in np.argsort(-expected, kind="stable")]
     np.testing.assert_allclose(sorted(x.score for x in hits), sorted(expected), atol=2e-2)
@@ -310,11 +280,11 @@ def test_caption_and_eval_score_the_gated_photo(model_with_hubness):
     images = model.encode_raw_images(rng.normal(size=(3, model.features["raw_dim"])).astype(np.float32))
     texts = [f"caption {i} of a photo" for i in range(15)]
     captions = model.encode_text(texts)
-    doubled = images[:, :d].copy()
-    doubled[:, h:d] *= 2
+    scaled = images[:, :d].copy()
+    scaled[:, h:d] *= factor
     penalties = model.caption_hubness(len(bank)).penalties(captions[:, :d])
     got = search_and_caption_scores(model, images, texts, captions)
-    assert got["i2t"] == evaluate_scores(doubled @ captions[:, :d].T - penalties[None, :])["i2t"]
+    assert got["i2t"] == evaluate_scores(scaled @ captions[:, :d].T - penalties[None, :])["i2t"]
     assert got["t2i"] == evaluate_scores(model.scores(images, captions))["t2i"]
 
 
@@ -323,7 +293,7 @@ def test_caption_and_eval_score_the_gated_photo(model_with_hubness):
                                         ({"start": "x", "span": 0.1, "gain": 1}, "photo_gate")])
 def test_a_bad_photo_gate_is_named(model_with_hubness, gate, says):
     model, bank, _ = model_with_hubness
-    model = _with_photo_gate(model, gate)
+    model = _with_caption_hubness(model, photo_gate=gate)
     notices: list[str] = []
     assert caption_offsets.load(model, len(bank), notices) is None
     assert says in notices[0] and "\n" not in notices[0]
