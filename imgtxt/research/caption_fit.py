@@ -56,15 +56,20 @@ def fit_caption_hubness(photos: np.ndarray, captions: np.ndarray, reference: np.
     return {"top_k": best["top_k"], "weight": best["weight"], "center": round(centers[best["top_k"]], 4)}, rows
 
 
+def with_concept_scale(photos: np.ndarray, conse: slice, scale: float) -> np.ndarray:
+    """A copy of photos with their ConSE part times scale (what CaptionHubness.gate_photos applies)."""
+    scaled = photos.copy()
+    scaled[:, conse] *= scale
+    return scaled
+
+
 def fit_concept_scale(photos: np.ndarray, captions: np.ndarray, penalties: np.ndarray,
                       conse: slice) -> tuple[float, list[dict]]:
     """photos (N, D), captions (5N, D) at content width, penalties (5N,) the chosen hubness's.
     -> (the largest scale whose R@1+5+10 is at least scale 1's minus GATE_TOLERANCE, the table)."""
     rows = []
     for scale in CONCEPT_SCALES:
-        scaled = photos.copy()
-        scaled[:, conse] *= scale
-        i2t = evaluate_scores(scaled @ captions.T - penalties[None, :], CAPTIONS_PER_IMAGE)["i2t"]
+        i2t = evaluate_scores(with_concept_scale(photos, conse, scale) @ captions.T - penalties[None, :], CAPTIONS_PER_IMAGE)["i2t"]
         recalls = [round(float(i2t[x]), 1) for x in ("r1", "r5", "r10")]
         rows.append({"scale": scale, "i2t": recalls, "i2t_sum": round(float(sum(recalls)), 2)})
     floor = rows[0]["i2t_sum"] - GATE_TOLERANCE
@@ -133,9 +138,7 @@ def tune_captions(model, dataset: str, data_dir: Path | str, split: str = "val",
         penalties = penalty(photo_offsets(captions, reference, chosen["top_k"]), chosen)
         conse = slice(model.config["joint"]["embed_dim"], d)
         scale, scale_rows = fit_concept_scale(photos, captions, penalties, conse)
-        scaled = photos.copy()
-        scaled[:, conse] *= scale
-        gate, gate_rows = fit_photo_gate(scaled, captions, penalties, conse, model.concepts.class_vectors)
+        gate, gate_rows = fit_photo_gate(with_concept_scale(photos, conse, scale), captions, penalties, conse, model.concepts.class_vectors)
         if scale != 1.0:
             chosen["concept_scale"] = scale
         if gate["gain"] > 0:
