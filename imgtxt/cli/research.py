@@ -94,6 +94,8 @@ def features(dataset, data_dir, splits, backbone, layer_set, crops, precision, b
 @click.option("--image-hidden", type=int, default=None,
               help="Image side: a ReLU hidden layer of this size before the map (preset: THESIS 1,000, others none; "
                    "0 = none, the thesis's shallow model)")
+@click.option("--train-views", default="", help="Training photos also seen as these views, one drawn per pair and "
+              "epoch (features cached per view): comma-separated mirror, zoom, zoom-mirror (default: none)")
 @click.option("--image-dropout", type=Number(0, 1), default=0.0, show_default=True, help="Dropout on the image features")
 @click.option("--weight-decay", type=Number(0), default=0.0, show_default=True, help="L2 penalty on the image projection")
 @click.option("--epochs", type=AT_LEAST_1, default=None, help="Maximum epochs per phase (preset: 200; MH on Flickr: 400)")
@@ -173,7 +175,7 @@ def features(dataset, data_dir, splits, backbone, layer_set, crops, precision, b
               help="Checkpoints and log; rerun to resume")
 @click.option("--output", type=PathType, default=None, help="Copy the best model here when done")
 def train(dataset, data_dir, preset, feature_kind, backbone, layer_set, crops, precision, backbone_weights, runtime,
-          embed_dim, word_dim, image_hidden, image_dropout, weight_decay, epochs, patience, captions, lr, phase2_lr, init_from, min_count,
+          embed_dim, word_dim, image_hidden, train_views, image_dropout, weight_decay, epochs, patience, captions, lr, phase2_lr, init_from, min_count,
           vocab_size, vocab_from, margin, similarity, use_abs, batch_size, coco_train, seed, text_encoder, bow_ngrams,
           bow_weighting, bow_hidden, sse_window, sse_kernels, sse_top, amecon_concepts, amecon_neighbours,
           amecon_vectors, amecon_hidden, amecon_regions, amecon_optimizer, negatives, rcn_capsules, rcn_recursions, rcn_lambda, text_weights, text_trainable_layers, text_head,
@@ -194,6 +196,7 @@ def train(dataset, data_dir, preset, feature_kind, backbone, layer_set, crops, p
     from imgtxt.research.train import preset as make_preset
     from imgtxt.research.train import train as run_training
     from imgtxt.research.train import with_learning_rates
+    from imgtxt.research.views import parse_views
 
     folder = dataset_folder(dataset, data_dir)
     if threads:
@@ -229,7 +232,8 @@ def train(dataset, data_dir, preset, feature_kind, backbone, layer_set, crops, p
                         "hidden": bow_hidden, "window": sse_window, "kernels": sse_kernels, "top": sse_top}
         data = build_training_data(dataset, folder, feature_kind, settings, min_count=min_count,
                                    max_words=vocab_size, vocab_from=vocab_from, coco_train=coco_train,
-                                   text_kind=text_encoder, text_options=text_options)
+                                   text_kind=text_encoder, text_options=text_options,
+                                   train_views=parse_views(train_views))
         data.int8 = int8
     except ValueError as e:
         raise value_errors_are_ours(e) from None

@@ -33,16 +33,19 @@ class FeatureSpec:
     crops: int
     precision: str
     runtime: str = "torch"   # "openvino": the exported graph (agrees with torch fp32 to ~1e-4, not bit for bit)
+    view: str = ""           # a training view (views.py); "" = the photo as indexed
 
     @property
     def key(self) -> str:
         # torch keys stay what they were before runtimes existed, so existing caches keep matching
         parts = [self.backbone_id, self.layer_set, self.crops, self.precision]
         parts += [self.runtime] if self.runtime != "torch" else []
+        parts += [self.view] if self.view else []
         digest = hashlib.sha1(json.dumps(parts).encode()).hexdigest()[:10]
         name = self.backbone_id.split("@")[0]
         runtime = f"-{self.runtime}" if self.runtime != "torch" else ""
-        return f"{name}-{self.layer_set}-{self.crops}crop-{self.precision}{runtime}-{digest}"
+        view = f"-{self.view}" if self.view else ""
+        return f"{name}-{self.layer_set}-{self.crops}crop-{self.precision}{runtime}{view}-{digest}"
 
 
 def _paths_digest(paths) -> str:

@@ -36,16 +36,20 @@ def open_extractor(settings: FeatureSettings, device: str | None = None):
     return GraphFeatureExtractor.from_torch(extractor, settings.runtime)
 
 
-def raw_split_features(split: Split, settings: FeatureSettings, extractor=None, quiet: bool = False):
-    """(raw features (N, D) float32, extractor) of a split, from the cache when it is complete."""
+def raw_split_features(split: Split, settings: FeatureSettings, extractor=None, quiet: bool = False,
+                       view: str = ""):
+    """(raw features (N, D) float32, extractor) of a split, from the cache when it is complete; `view`: the
+    photos as a training view shows them (views.py)."""
     from .feature_cache import FeatureSpec, cached_features, compute_features
+    from .views import ViewExtractor
 
     extractor = extractor or open_extractor(settings)
-    spec = FeatureSpec(extractor.backbone.id, settings.layer_set, settings.crops, settings.precision, settings.runtime)
+    spec = FeatureSpec(extractor.backbone.id, settings.layer_set, settings.crops, settings.precision, settings.runtime,
+                       view)
     raw = cached_features(split.dataset, split, spec)
     if raw is None:
-        raw = compute_features(split.dataset, split, extractor, spec, quiet=quiet,
-                               batch_size=32 if settings.crops == 1 else 8)
+        raw = compute_features(split.dataset, split, ViewExtractor(extractor, view) if view else extractor, spec,
+                               quiet=quiet, batch_size=32 if settings.crops == 1 else 8)
     return raw, extractor
 
 
@@ -91,10 +95,11 @@ def group_ids(groups: list[str] | None) -> np.ndarray | None:
 def build_training_data(dataset: str, data_dir: Path | str, kind: str, settings: FeatureSettings,
                         min_count: int = 2, quiet: bool = False, max_words: int | None = None,
                         vocab_from: str = "train", coco_train: str = "restval", text_kind: str = "gru",
-                        text_options: dict | None = None):
+                        text_options: dict | None = None, train_views: tuple[str, ...] = ()):
     """vocab_from: "train" or "train+val" captions; coco_train: "restval" (VSE++) or "paper" (train only).
     text_kind "gru" keeps the paper's word vocabulary; another kind brings its own tokenizer and weights
-    (imgtxt/text_encoders); the vocabulary options reach it as options min_count / max_words."""
+    (imgtxt/text_encoders); the vocabulary options reach it as options min_count / max_words. train_views: the
+    training photos' extra views (views.py), featurised with the centre crop's statistics."""
     from imgtxt.model import text_encoders
 
     from .train import TrainData
@@ -107,12 +112,16 @@ def build_training_data(dataset: str, data_dir: Path | str, kind: str, settings:
     val_split = load_split(dataset, data_dir, "val")
     raw_train, extractor = raw_split_features(train_split, settings, quiet=quiet)
     raw_val, _ = raw_split_features(val_split, settings, extractor=extractor, quiet=quiet)
+    raw_views = [raw_split_features(train_split, settings, extractor=extractor, quiet=quiet, view=v)[0]
+                 for v in train_views]
     if dataset == "coco" and coco_train == "paper":
+        raw_views = [without_restval(train_split, r, data_dir)[1] for r in raw_views]
         train_split, raw_train = without_restval(train_split, raw_train, data_dir)
     stats = FeatureStats.fit(raw_train) if kind == "fne" else None  # training images only
     config = feature_config(kind, settings, extractor)
     vocab_captions = train_split.captions + (val_split.captions if vocab_from == "train+val" else [])
     extra = {"dataset": dataset, "train_images": len(train_split), "val_images": len(val_split),
+             **({"train_views": list(train_views)} if train_views else {}),
              "vocab_min_count": min_count, "vocab_max_words": max_words, "vocab_from": vocab_from,
              **({"coco_train": coco_train} if dataset == "coco" else {})}
     if text_kind == "gru":
@@ -125,6 +134,7 @@ def build_training_data(dataset: str, data_dir: Path | str, kind: str, settings:
     return TrainData(
         train_groups=group_ids(train_split.groups),
         train_features=model_inputs(kind, raw_train, stats, extractor.baseline_slice),
+        train_views=tuple(model_inputs(kind, r, stats, extractor.baseline_slice) for r in raw_views),
         train_tokens=[tokenize(c) for c in train_split.captions],
         val_features=model_inputs(kind, raw_val, stats, extractor.baseline_slice),
         val_tokens=[tokenize(c) for c in val_split.captions],

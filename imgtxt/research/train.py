@@ -38,6 +38,7 @@ from .feature_cache import cache_root
 from .joint_model import JointConfig, JointModel, pad_batch
 from .losses import hinge_loss, same_image_mask, single_negative_loss
 from .metrics import evaluate_scores
+from .views import batch_rows
 
 # The presets live in presets.py; imported here too because callers and tests know them as train.preset etc.
 from .presets import (  # noqa: F401
@@ -66,6 +67,7 @@ class TrainData:
     text_setup: TextSetup | None = None   # the text encoder's kind; None = a GRU over `vocab`
     int8: tuple[str, ...] = ()      # tensors stored int8 (per-row scales) in the saved model
     train_groups: np.ndarray | None = None  # (N,) group id per image: one group's images are never negatives
+    train_views: tuple[np.ndarray, ...] = ()  # the same rows seen mirrored / zoomed (views.py); one drawn per pair
 
     def text_config(self, cfg: "TrainConfig") -> dict:
         if self.text_setup is not None:
@@ -264,7 +266,7 @@ def train(run_dir: Path | str, data: TrainData, cfg: TrainConfig, init_from: Pat
             batch = pairs[s:s + cfg.batch_size]
             if len(batch) < 2:
                 continue
-            feats = torch.from_numpy(np.asarray(data.train_features[batch[:, 0]])).to(device)
+            feats = torch.from_numpy(batch_rows(data.train_features, data.train_views, batch[:, 0], rng)).to(device)
             scores = model.similarity(model.image(feats), train_text.encode(batch[:, 1]))
             also_positive = matching_pairs(batch[:, 0], data.train_groups, cfg.captions_per_image)
             # a kind's regulariser (RCN eq. 15), left by its forward pass
